@@ -1,0 +1,95 @@
+//! Builds the C shim with the MPI flavour's own compiler wrapper and exports its MPI symbols.
+//!
+//! `$MPICC` (default `mpicc`) selects the MPI. mpi-sys probes the same variable but does not
+//! rebuild when it changes, so src/mpi/mod.rs checks at compile time that the bindings match the
+//! flavour detected here; use one `--target-dir` per flavour.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SHIM_SOURCES: &[&str] = &["shim/constants.c", "shim/tuned.c", "shim/walk.c"];
+const OPENMPI_FORTRAN: &str = "shim/fortran_openmpi.c";
+const MPICH_FORTRAN: &str = "shim/fortran_mpich.c";
+
+fn main() {
+    let mpicc = env::var("MPICC").unwrap_or_else(|_| "mpicc".to_string());
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    println!("cargo:rerun-if-env-changed=MPICC");
+    println!("cargo:rerun-if-changed=shim");
+    println!("cargo::rustc-check-cfg=cfg(mpi_flavour, values(\"openmpi\", \"mpich\"))");
+
+    let flavour = detect_flavour(&mpicc, &out);
+    println!("cargo:rustc-cfg=mpi_flavour=\"{flavour}\"");
+    println!("cargo:rustc-env=COMMTUNE_BUILD_FLAVOUR={flavour}");
+
+    let mut build = cc::Build::new();
+    build
+        .compiler(&mpicc)
+        .files(SHIM_SOURCES)
+        .include("shim")
+        .flag("-Wall")
+        .flag("-Wextra")
+        .flag("-Werror")
+        .flag("-Wno-unused-parameter")
+        .cargo_metadata(false);
+    build.file(if flavour == "openmpi" {
+        OPENMPI_FORTRAN
+    } else {
+        MPICH_FORTRAN
+    });
+    build.compile("commtune_shim");
+
+    // The shim defines the MPI_* symbols the application must see. rustc gives a cdylib a version
+    // script that hides every non-Rust symbol, so the archive is linked whole and a second
+    // script makes the MPI entry points global again.
+    let archive = out.join("libcommtune_shim.a");
+    let script = out.join("exports.map");
+    std::fs::write(&script, "{ global: MPI_*; mpi_*; ompi_*_f; };\n")
+        .expect("write version script");
+    println!(
+        "cargo:rustc-link-arg-cdylib=-Wl,--whole-archive,{},--no-whole-archive",
+        archive.display()
+    );
+    println!(
+        "cargo:rustc-link-arg-cdylib=-Wl,--version-script={}",
+        script.display()
+    );
+    // The shim calls backtrace() (glibc) and dladdr (libdl, part of glibc 2.34+).
+    println!("cargo:rustc-link-arg-cdylib=-ldl");
+}
+
+/// Asks the compiler wrapper which MPI its `mpi.h` belongs to.
+fn detect_flavour(mpicc: &str, out: &Path) -> &'static str {
+    let probe = out.join("flavour_probe.c");
+    std::fs::write(
+        &probe,
+        "#include <mpi.h>\n#if defined(OPEN_MPI)\ncommtune_flavour openmpi\n\
+         #elif defined(MPICH)\ncommtune_flavour mpich\n#else\ncommtune_flavour unknown\n#endif\n",
+    )
+    .expect("write flavour probe");
+    let output = Command::new(mpicc)
+        .arg("-E")
+        .arg(&probe)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "commtune: cannot run the MPI compiler wrapper `{mpicc}` ({e}). Install Open MPI \
+                 (libopenmpi-dev) or MPICH (libmpich-dev), or set MPICC to the wrapper of your MPI."
+            )
+        });
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("commtune_flavour "))
+        .unwrap_or("unknown");
+    match line.trim() {
+        "openmpi" => "openmpi",
+        "mpich" => "mpich",
+        other => panic!(
+            "commtune: `{mpicc}` is neither Open MPI nor MPICH (probe said `{other}`; stderr: {}). \
+             commtune supports these two flavours.",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+    }
+}

@@ -1,0 +1,163 @@
+//! commtune's report: what each rank sends to rank 0, how rank 0 merges it into the JSON report,
+//! and the text summary printed at the end of a run and by `commtune report`.
+//!
+//! No MPI here: the preload library fills `RankData`, the CLI only reads `Report`.
+
+mod merge;
+mod text;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use merge::merge;
+pub use text::summary;
+
+pub const VERSION: u32 = 1;
+
+/// The operation a key belongs to.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Allreduce,
+    Alltoall,
+    Allgatherv,
+    Halo,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Allreduce => "allreduce",
+            Op::Alltoall => "alltoall",
+            Op::Allgatherv => "allgatherv",
+            Op::Halo => "halo",
+        }
+    }
+}
+
+/// A Python caller (mpi4py programs).
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug)]
+pub struct PythonFrame {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+}
+
+/// Where a call came from, as every rank can name it.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug)]
+pub struct SiteData {
+    /// Identical on every rank for the same source location.
+    pub id: u64,
+    /// Path of the object file (or Python file).
+    pub object: String,
+    /// Link-time address of the return address in `object` (line number for Python).
+    pub address: u64,
+    pub python: Option<PythonFrame>,
+}
+
+/// One key (site × operation × signature) as measured on one rank.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct KeyData {
+    pub op: Op,
+    pub site: SiteData,
+    /// What identifies the key across ranks besides the site: the signature of a collective,
+    /// or `episode <n>` (n-th distinct episode of the site on that rank) for halo exchanges,
+    /// whose peers differ from rank to rank.
+    pub merge_key: String,
+    /// Human-readable signature on this rank.
+    pub signature: String,
+    pub calls: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Time distribution: (bucket value in ns, count), increasing values.
+    pub histogram: Vec<(u64, u64)>,
+    /// Calls per codelet that ran them.
+    pub codelets: BTreeMap<String, u64>,
+}
+
+/// Everything one rank sends to rank 0 at MPI_Finalize.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct RankData {
+    pub rank: u32,
+    /// Wall time from MPI_Init to MPI_Finalize on this rank.
+    pub run_ns: u64,
+    pub keys: Vec<KeyData>,
+}
+
+/// A source location resolved on rank 0.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct Location {
+    /// `file:line (function)`, or `object+0xaddress` without debug information.
+    pub text: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+}
+
+/// The JSON report.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Report {
+    pub version: u32,
+    /// The MPI library (name and version).
+    pub mpi: String,
+    pub nprocs: u32,
+    /// Ranks whose data is in the report (fewer than nprocs when MPI_Finalize was not seen).
+    pub ranks_reporting: u32,
+    /// Longest rank's wall time from MPI_Init to MPI_Finalize, seconds.
+    pub run_time_s: f64,
+    /// Keys, most time first.
+    pub sites: Vec<SiteReport>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct SiteReport {
+    pub op: Op,
+    pub location: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    pub object: String,
+    pub address: String,
+    pub signature: String,
+    /// Calls per rank (the largest count when ranks differ; see `ranks.calls`).
+    pub calls: u64,
+    /// Bytes per rank over all calls (the largest when ranks differ; see `ranks.bytes`).
+    pub bytes: u64,
+    pub time: TimeStats,
+    /// The codelet that ran most of the calls.
+    pub codelet: String,
+    pub codelets: BTreeMap<String, u64>,
+    pub ranks: RankSpread,
+}
+
+/// The distribution of one call's duration over all calls on all ranks.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct TimeStats {
+    /// Sum over calls on the slowest rank, seconds.
+    pub total_s: f64,
+    pub min_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Time in this key over run time, summed over ranks.
+    pub share: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct Range<T> {
+    pub min: T,
+    pub max: T,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct RankSpread {
+    /// Ranks that made this call.
+    pub count: u32,
+    pub calls: Range<u64>,
+    pub bytes: Range<u64>,
+    pub time_s: Range<f64>,
+}

@@ -1,0 +1,218 @@
+//! Halo episodes: the MPI_Isend/MPI_Irecv calls of a thread from the first post until the last
+//! of them completes, keyed by the site of the completing call (Waitall, or the last Wait) and by
+//! the episode's signature (ordered send/recv, peer, tag, count, datatype, communicator).
+//!
+//! Every completion call reports which of the tracked requests it finished, so episodes close
+//! however the application completes them (Waitall, Waits one by one, Waitany, Test loops,
+//! Request_free). Requests completed where the library cannot see them (another thread) leave the
+//! episode open until the handle is reused or the size bound is hit; the episode is then dropped.
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::fmt::Write;
+use std::hash::Hasher;
+use std::sync::LazyLock;
+
+use commtune_report::Op;
+use dashmap::DashMap;
+use rustc_hash::{FxBuildHasher, FxHasher};
+
+use crate::keys::{self, CallKey, Description};
+use crate::mpi::requests::{index_at, request_at};
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
+use crate::site::SiteRef;
+
+/// Episodes with more operations than this are not profiled (bounded memory per thread).
+const MAX_OPS: usize = 4096;
+
+/// Which requests of the array given to a completion call have completed.
+pub enum Completed {
+    Nothing,
+    All,
+    Index(usize),
+    Indices {
+        indices: *const c_int,
+        count: usize,
+    },
+    /// The call failed: which requests completed is unknown, so the episode is dropped.
+    Unknown,
+}
+
+#[derive(Clone, Copy)]
+struct Posted {
+    request: usize,
+    done: bool,
+    kind: PointToPointKind,
+    peer: c_int,
+    tag: c_int,
+    count: i64,
+    datatype: mpi::MPI_Datatype,
+    comm: usize,
+    bytes: u64,
+}
+
+#[derive(Default)]
+struct Tracker {
+    ops: Vec<Posted>,
+    open: usize,
+    first_post_ns: u64,
+    /// The request array of the completion call in progress, as it was before the call.
+    before: Vec<usize>,
+}
+
+thread_local! {
+    static TRACKER: RefCell<Tracker> = RefCell::default();
+}
+
+/// Distinct episodes seen per completion site, to number them (`KeyData::merge_key`).
+static EPISODES_PER_SITE: LazyLock<DashMap<SiteRef, u32, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// An Isend or Irecv was posted successfully.
+pub fn posted(call: &PointToPoint, request: MPI_Request) {
+    TRACKER.with_borrow_mut(|t| {
+        let request = request.bits();
+        // A handle that is reused was completed where we could not see it.
+        if let Some(stale) = t.ops.iter_mut().find(|o| o.request == request && !o.done) {
+            stale.done = true;
+            t.open -= 1;
+        }
+        if t.ops.len() >= MAX_OPS {
+            t.reset();
+            return;
+        }
+        if t.ops.is_empty() {
+            t.first_post_ns = mpi::now_ns();
+        }
+        t.ops.push(Posted {
+            request,
+            done: false,
+            kind: call.kind,
+            peer: call.peer,
+            tag: call.tag,
+            count: call.count,
+            datatype: call.datatype,
+            comm: call.comm.bits(),
+            bytes: call.bytes(),
+        });
+        t.open += 1;
+    });
+}
+
+/// Runs a completion call over `requests[..count]` and closes the episode it finishes.
+pub fn observe(
+    caller: usize,
+    requests: *const MPI_Request,
+    count: usize,
+    call: impl FnOnce() -> (c_int, Completed),
+) -> c_int {
+    let tracking = TRACKER.with_borrow_mut(|t| {
+        if t.open == 0 {
+            return false;
+        }
+        t.before.clear();
+        t.before
+            .extend((0..count).map(|i| request_at(requests, i).bits()));
+        true
+    });
+    let (rc, completed) = call();
+    if tracking {
+        TRACKER.with_borrow_mut(|t| t.completed(caller, &completed));
+    }
+    rc
+}
+
+impl Tracker {
+    fn reset(&mut self) {
+        self.ops.clear();
+        self.open = 0;
+    }
+
+    fn completed(&mut self, caller: usize, completed: &Completed) {
+        match *completed {
+            Completed::Nothing => {}
+            Completed::All => (0..self.before.len()).for_each(|i| self.finish(i)),
+            Completed::Index(i) => self.finish(i),
+            Completed::Indices { indices, count } => {
+                (0..count).for_each(|k| self.finish(index_at(indices, k)))
+            }
+            Completed::Unknown => self.reset(),
+        }
+        if self.open == 0 && !self.ops.is_empty() {
+            self.close(caller);
+        }
+    }
+
+    /// Marks the tracked request that was at position `i` of the completion call's array.
+    fn finish(&mut self, i: usize) {
+        let Some(&request) = self.before.get(i) else {
+            return;
+        };
+        if let Some(op) = self
+            .ops
+            .iter_mut()
+            .find(|o| o.request == request && !o.done)
+        {
+            op.done = true;
+            self.open -= 1;
+        }
+    }
+
+    fn close(&mut self, caller: usize) {
+        let elapsed = mpi::now_ns().saturating_sub(self.first_post_ns);
+        let mut signature = FxHasher::default();
+        for op in &self.ops {
+            signature.write_u8(op.kind as u8);
+            signature.write_i32(op.peer);
+            signature.write_i32(op.tag);
+            signature.write_i64(op.count);
+            signature.write_usize(op.datatype.bits());
+            signature.write_usize(op.comm);
+        }
+        let key = CallKey {
+            caller,
+            op: Op::Halo,
+            words: [signature.finish(), self.ops.len() as u64, 0, 0, 0],
+        };
+        let ops = &self.ops;
+        let entry = keys::entry(key, |site| describe(site, ops));
+        entry.record(elapsed, "native");
+        self.reset();
+    }
+}
+
+/// The report's description of an episode: its messages in posting order.
+fn describe(site: SiteRef, ops: &[Posted]) -> Description {
+    let ordinal = {
+        let mut n = EPISODES_PER_SITE.entry(site).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let sends = ops
+        .iter()
+        .filter(|o| o.kind == PointToPointKind::Send)
+        .count();
+    let mut signature = format!("{sends} sends, {} recvs:", ops.len() - sends);
+    for op in ops.iter().take(8) {
+        let kind = match op.kind {
+            PointToPointKind::Send => "send",
+            PointToPointKind::Recv => "recv",
+        };
+        let _ = write!(
+            signature,
+            " {kind}(peer={} tag={} {}x{})",
+            op.peer,
+            op.tag,
+            op.count,
+            mpi::type_name(op.datatype)
+        );
+    }
+    if ops.len() > 8 {
+        let _ = write!(signature, " ... ({} more)", ops.len() - 8);
+    }
+    Description {
+        merge_key: format!("episode {ordinal}"),
+        signature,
+        bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
+    }
+}

@@ -1,0 +1,243 @@
+//! MPI_Isend/MPI_Irecv (the messages of halo episodes) and the calls that complete them.
+
+use std::ffi::{c_int, c_void};
+
+use crate::halo::{self, Completed};
+use crate::mpi::requests::{self, read_int};
+use crate::mpi::{
+    self, MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
+    PointToPointKind,
+};
+use crate::runtime;
+
+fn post(call: PointToPoint, request: *mut MPI_Request) -> c_int {
+    let rc = call.native(request);
+    if rc == mpi::SUCCESS && runtime::enabled() && runtime::process().is_some() {
+        halo::posted(&call, requests::request_at(request, 0));
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_isend(
+    _ra: *const c_void,
+    large: c_int,
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    let call = PointToPoint {
+        kind: PointToPointKind::Send,
+        buf: buf.cast_mut(),
+        count,
+        datatype,
+        peer: dest,
+        tag,
+        comm,
+        large: large != 0,
+    };
+    post(call, request)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_irecv(
+    _ra: *const c_void,
+    large: c_int,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    let call = PointToPoint {
+        kind: PointToPointKind::Recv,
+        buf,
+        count,
+        datatype,
+        peer: source,
+        tag,
+        comm,
+        large: large != 0,
+    };
+    post(call, request)
+}
+
+/// Runs a completion call, telling the episode tracker what it completed.
+fn completion(
+    ra: *const c_void,
+    requests: *const MPI_Request,
+    count: c_int,
+    call: impl FnOnce() -> (c_int, Completed),
+) -> c_int {
+    if !runtime::enabled() {
+        return call().0;
+    }
+    halo::observe(ra as usize, requests, count.max(0) as usize, call)
+}
+
+/// The outcome of a call that completes all requests or fails.
+fn all_or_unknown(rc: c_int) -> (c_int, Completed) {
+    let completed = if rc == mpi::SUCCESS {
+        Completed::All
+    } else {
+        Completed::Unknown
+    };
+    (rc, completed)
+}
+
+/// The outcome of Waitany/Testany: the index MPI returned, unless it is MPI_UNDEFINED.
+fn any(rc: c_int, index: *const c_int) -> (c_int, Completed) {
+    if rc != mpi::SUCCESS {
+        return (rc, Completed::Unknown);
+    }
+    match usize::try_from(read_int(index)) {
+        Ok(i) => (rc, Completed::Index(i)),
+        Err(_) => (rc, Completed::Nothing),
+    }
+}
+
+/// The outcome of Waitsome/Testsome.
+fn some(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Completed) {
+    if rc != mpi::SUCCESS {
+        return (rc, Completed::Unknown);
+    }
+    match usize::try_from(read_int(outcount)) {
+        Ok(count) => (rc, Completed::Indices { indices, count }),
+        Err(_) => (rc, Completed::Nothing),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_wait(
+    ra: *const c_void,
+    request: *mut MPI_Request,
+    status: *mut MPI_Status,
+) -> c_int {
+    completion(ra, request, 1, || {
+        all_or_unknown(requests::wait(request, status))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_waitall(
+    ra: *const c_void,
+    count: c_int,
+    array: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, count, || {
+        all_or_unknown(requests::waitall(count, array, statuses))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_waitany(
+    ra: *const c_void,
+    count: c_int,
+    array: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, count, || {
+        any(requests::waitany(count, array, index, status), index)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_waitsome(
+    ra: *const c_void,
+    incount: c_int,
+    array: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, incount, || {
+        let rc = requests::waitsome(incount, array, outcount, indices, statuses);
+        some(rc, outcount, indices)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_test(
+    ra: *const c_void,
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    completion(ra, request, 1, || {
+        flagged(requests::test(request, flag, status), flag)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_testall(
+    ra: *const c_void,
+    count: c_int,
+    array: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, count, || {
+        flagged(requests::testall(count, array, flag, statuses), flag)
+    })
+}
+
+/// The outcome of Test/Testall: everything completed when the flag is set.
+fn flagged(rc: c_int, flag: *const c_int) -> (c_int, Completed) {
+    if rc != mpi::SUCCESS {
+        (rc, Completed::Unknown)
+    } else if read_int(flag) != 0 {
+        (rc, Completed::All)
+    } else {
+        (rc, Completed::Nothing)
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_testany(
+    ra: *const c_void,
+    count: c_int,
+    array: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, count, || {
+        let rc = requests::testany(count, array, index, flag, status);
+        if rc == mpi::SUCCESS && read_int(flag) == 0 {
+            (rc, Completed::Nothing)
+        } else {
+            any(rc, index)
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_testsome(
+    ra: *const c_void,
+    incount: c_int,
+    array: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    completion(ra, array, incount, || {
+        let rc = requests::testsome(incount, array, outcount, indices, statuses);
+        some(rc, outcount, indices)
+    })
+}
+
+/// A freed request is no longer the application's to complete: it leaves the episode.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_request_free(request: *mut MPI_Request) -> c_int {
+    completion(std::ptr::null(), request, 1, || {
+        all_or_unknown(requests::request_free(request))
+    })
+}

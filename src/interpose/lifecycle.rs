@@ -1,0 +1,30 @@
+//! MPI_Init, MPI_Init_thread and MPI_Finalize.
+
+use std::ffi::{c_char, c_int};
+
+use crate::{mpi, runtime};
+
+/// MPI_Init (`required` < 0) or MPI_Init_thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_init(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let rc = if required < 0 {
+        mpi::init(argc, argv)
+    } else {
+        mpi::init_thread(argc, argv, required, provided)
+    };
+    if rc == mpi::SUCCESS && runtime::enabled() {
+        runtime::started();
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_finalize() -> c_int {
+    runtime::finalizing();
+    mpi::finalize()
+}

@@ -1,0 +1,21 @@
+//! commtune: a preload library that sees MPI collectives and halo exchanges of unmodified
+//! applications through the MPI profiling interface, measures them per call site and reports
+//! where communication time goes (see DESIGN.md in the project's shared notes and LD_PRELOAD.md).
+//!
+//! Data flows down once: `shim/` (C entry points) → `interpose` (classify, key, dispatch) →
+//! `keys`/`halo` (per-key state) → `mpi` (the only raw MPI calls). `site` names callers,
+//! `report` gathers and writes at MPI_Finalize, `config` reads the knobs once at load time.
+
+mod config;
+mod halo;
+mod interpose;
+mod keys;
+mod mpi;
+mod report;
+mod runtime;
+mod site;
+
+#[ctor::ctor(unsafe)]
+fn load() {
+    runtime::load();
+}

@@ -1,0 +1,291 @@
+//! The arguments of each intercepted call as one record, and the native (PMPI) call for it.
+//!
+//! The pointers are the application's; the records pass them to MPI unchanged. `large` marks
+//! the MPI-4 `_c` entry points, whose counts are MPI_Count and whose displacements are MPI_Aint.
+
+use std::ffi::{c_int, c_void};
+
+use mpi_sys as ffi;
+
+use super::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, type_size};
+
+#[derive(Clone, Copy)]
+pub struct Allreduce {
+    pub sendbuf: *const c_void,
+    pub recvbuf: *mut c_void,
+    pub count: MPI_Count,
+    pub datatype: MPI_Datatype,
+    pub op: MPI_Op,
+    pub comm: MPI_Comm,
+    #[cfg_attr(
+        mpi_flavour = "openmpi",
+        expect(dead_code, reason = "Open MPI 4.1 has no _c calls")
+    )]
+    pub large: bool,
+}
+
+impl Allreduce {
+    pub fn native(&self) -> c_int {
+        #[cfg(mpi_flavour = "mpich")]
+        if self.large {
+            return large::allreduce(self);
+        }
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            ffi::PMPI_Allreduce(
+                self.sendbuf,
+                self.recvbuf,
+                self.count as c_int,
+                self.datatype,
+                self.op,
+                self.comm,
+            )
+        }
+    }
+
+    /// Bytes of the vector each rank contributes.
+    pub fn bytes(&self) -> u64 {
+        (self.count * type_size(self.datatype)).max(0) as u64
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct Alltoall {
+    pub sendbuf: *const c_void,
+    pub sendcount: MPI_Count,
+    pub sendtype: MPI_Datatype,
+    pub recvbuf: *mut c_void,
+    pub recvcount: MPI_Count,
+    pub recvtype: MPI_Datatype,
+    pub comm: MPI_Comm,
+    #[cfg_attr(
+        mpi_flavour = "openmpi",
+        expect(dead_code, reason = "Open MPI 4.1 has no _c calls")
+    )]
+    pub large: bool,
+}
+
+impl Alltoall {
+    pub fn native(&self) -> c_int {
+        #[cfg(mpi_flavour = "mpich")]
+        if self.large {
+            return large::alltoall(self);
+        }
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            ffi::PMPI_Alltoall(
+                self.sendbuf,
+                self.sendcount as c_int,
+                self.sendtype,
+                self.recvbuf,
+                self.recvcount as c_int,
+                self.recvtype,
+                self.comm,
+            )
+        }
+    }
+
+    /// Bytes this rank receives (= sends): one block from every rank.
+    pub fn bytes(&self, comm_size: i64) -> u64 {
+        (self.recvcount * type_size(self.recvtype) * comm_size).max(0) as u64
+    }
+}
+
+/// The receive counts or displacements of an Allgatherv: `int` arrays, or MPI_Count / MPI_Aint
+/// arrays in the large-count variant (both 64-bit here).
+#[derive(Clone, Copy)]
+pub enum Counts {
+    Int(*const c_int),
+    Large(*const i64),
+}
+
+impl Counts {
+    pub fn new(ptr: *const c_void, large: bool) -> Self {
+        if large {
+            Counts::Large(ptr.cast())
+        } else {
+            Counts::Int(ptr.cast())
+        }
+    }
+
+    /// Element `i`; `i` must be below the communicator size the array was given for.
+    pub fn get(&self, i: usize) -> i64 {
+        // SAFETY: MPI requires these arrays to hold one entry per rank of the communicator.
+        unsafe {
+            match *self {
+                Counts::Int(p) => i64::from(*p.add(i)),
+                Counts::Large(p) => *p.add(i),
+            }
+        }
+    }
+
+    fn ptr(&self) -> *const c_void {
+        match *self {
+            Counts::Int(p) => p.cast(),
+            Counts::Large(p) => p.cast(),
+        }
+    }
+}
+
+const _: () = assert!(size_of::<ffi::MPI_Aint>() == size_of::<i64>());
+
+#[derive(Clone, Copy)]
+pub struct Allgatherv {
+    pub sendbuf: *const c_void,
+    pub sendcount: MPI_Count,
+    pub sendtype: MPI_Datatype,
+    pub recvbuf: *mut c_void,
+    pub recvcounts: Counts,
+    pub displs: Counts,
+    pub recvtype: MPI_Datatype,
+    pub comm: MPI_Comm,
+    #[cfg_attr(
+        mpi_flavour = "openmpi",
+        expect(dead_code, reason = "Open MPI 4.1 has no _c calls")
+    )]
+    pub large: bool,
+}
+
+impl Allgatherv {
+    pub fn native(&self) -> c_int {
+        #[cfg(mpi_flavour = "mpich")]
+        if self.large {
+            return large::allgatherv(self);
+        }
+        // SAFETY: the application's arguments, passed through unchanged (int arrays here).
+        unsafe {
+            ffi::PMPI_Allgatherv(
+                self.sendbuf,
+                self.sendcount as c_int,
+                self.sendtype,
+                self.recvbuf,
+                self.recvcounts.ptr().cast(),
+                self.displs.ptr().cast(),
+                self.recvtype,
+                self.comm,
+            )
+        }
+    }
+
+    /// Bytes of the gathered result (the sum of all ranks' blocks).
+    pub fn bytes(&self, comm_size: usize) -> u64 {
+        let elements: i64 = (0..comm_size).map(|i| self.recvcounts.get(i)).sum();
+        (elements * type_size(self.recvtype)).max(0) as u64
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PointToPointKind {
+    Send,
+    Recv,
+}
+
+/// An MPI_Isend or MPI_Irecv.
+#[derive(Clone, Copy)]
+pub struct PointToPoint {
+    pub kind: PointToPointKind,
+    pub buf: *mut c_void,
+    pub count: MPI_Count,
+    pub datatype: MPI_Datatype,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: MPI_Comm,
+    #[cfg_attr(
+        mpi_flavour = "openmpi",
+        expect(dead_code, reason = "Open MPI 4.1 has no _c calls")
+    )]
+    pub large: bool,
+}
+
+impl PointToPoint {
+    pub fn native(&self, request: *mut MPI_Request) -> c_int {
+        #[cfg(mpi_flavour = "mpich")]
+        if self.large {
+            return large::point_to_point(self, request);
+        }
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            match self.kind {
+                PointToPointKind::Send => ffi::PMPI_Isend(
+                    self.buf,
+                    self.count as c_int,
+                    self.datatype,
+                    self.peer,
+                    self.tag,
+                    self.comm,
+                    request,
+                ),
+                PointToPointKind::Recv => ffi::PMPI_Irecv(
+                    self.buf,
+                    self.count as c_int,
+                    self.datatype,
+                    self.peer,
+                    self.tag,
+                    self.comm,
+                    request,
+                ),
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        (self.count * type_size(self.datatype)).max(0) as u64
+    }
+}
+
+/// The MPI-4 large-count PMPI calls. Only MPI-4 libraries (MPICH here) have them, and only there
+/// does the shim set `large`.
+#[cfg(mpi_flavour = "mpich")]
+mod large {
+    use super::*;
+
+    pub fn allreduce(a: &Allreduce) -> c_int {
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe { ffi::PMPI_Allreduce_c(a.sendbuf, a.recvbuf, a.count, a.datatype, a.op, a.comm) }
+    }
+
+    pub fn alltoall(a: &Alltoall) -> c_int {
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            ffi::PMPI_Alltoall_c(
+                a.sendbuf,
+                a.sendcount,
+                a.sendtype,
+                a.recvbuf,
+                a.recvcount,
+                a.recvtype,
+                a.comm,
+            )
+        }
+    }
+
+    pub fn allgatherv(a: &Allgatherv) -> c_int {
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            ffi::PMPI_Allgatherv_c(
+                a.sendbuf,
+                a.sendcount,
+                a.sendtype,
+                a.recvbuf,
+                a.recvcounts.ptr().cast(),
+                a.displs.ptr().cast(),
+                a.recvtype,
+                a.comm,
+            )
+        }
+    }
+
+    pub fn point_to_point(p: &PointToPoint, request: *mut MPI_Request) -> c_int {
+        // SAFETY: the application's arguments, passed through unchanged.
+        unsafe {
+            match p.kind {
+                PointToPointKind::Send => {
+                    ffi::PMPI_Isend_c(p.buf, p.count, p.datatype, p.peer, p.tag, p.comm, request)
+                }
+                PointToPointKind::Recv => {
+                    ffi::PMPI_Irecv_c(p.buf, p.count, p.datatype, p.peer, p.tag, p.comm, request)
+                }
+            }
+        }
+    }
+}

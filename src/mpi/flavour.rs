@@ -1,0 +1,81 @@
+//! Which MPI this library was built for, and the refusal to run inside a program of the other.
+
+use std::ffi::CStr;
+
+use super::MPI_Comm;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Flavour {
+    OpenMpi,
+    Mpich,
+}
+
+impl Flavour {
+    #[cfg(mpi_flavour = "openmpi")]
+    pub const BUILT: Flavour = Flavour::OpenMpi;
+    #[cfg(mpi_flavour = "mpich")]
+    pub const BUILT: Flavour = Flavour::Mpich;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::OpenMpi => "Open MPI",
+            Flavour::Mpich => "MPICH",
+        }
+    }
+
+    /// The soname of the flavour's C library.
+    fn soname(self) -> &'static CStr {
+        match self {
+            Flavour::OpenMpi => c"libmpi.so.40",
+            Flavour::Mpich => c"libmpich.so.12",
+        }
+    }
+
+    fn other(self) -> Flavour {
+        match self {
+            Flavour::OpenMpi => Flavour::Mpich,
+            Flavour::Mpich => Flavour::OpenMpi,
+        }
+    }
+}
+
+// mpi-sys does not rebuild when MPICC changes, so a target directory used for both flavours keeps
+// the first one's bindings. Handles differ in size between the two: catch the mix-up here.
+#[cfg(mpi_flavour = "openmpi")]
+const _: () = assert!(
+    size_of::<MPI_Comm>() == 8,
+    "mpi-sys in this target directory was generated for MPICH but MPICC is Open MPI: build each \
+     flavour in its own --target-dir (see README)"
+);
+#[cfg(mpi_flavour = "mpich")]
+const _: () = assert!(
+    size_of::<MPI_Comm>() == 4,
+    "mpi-sys in this target directory was generated for Open MPI but MPICC is MPICH: build with \
+     --target-dir target/mpich (see README)"
+);
+
+/// Err(message) when the process has the other flavour's MPI library loaded: this library would
+/// hand that MPI's handles to its own MPI and crash.
+pub fn check_loaded_mpi() -> Result<(), String> {
+    let other = Flavour::BUILT.other();
+    // SAFETY: RTLD_NOLOAD only queries whether the library is loaded; the handle is released.
+    let loaded = unsafe {
+        let handle = libc::dlopen(other.soname().as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if !handle.is_null() {
+            libc::dlclose(handle);
+        }
+        !handle.is_null()
+    };
+    if loaded {
+        Err(format!(
+            "commtune: this libcommtune.so was built for {} but the program uses {} ({}). \
+             Preload the {} build instead, or start the job with `commtune run`, which picks it.",
+            Flavour::BUILT.name(),
+            other.name(),
+            other.soname().to_string_lossy(),
+            other.name(),
+        ))
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! The only place with raw MPI calls: typed PMPI helpers, the constants mpi-sys lacks, the flavour
+//! this library was built for, and the argument records of the intercepted calls.
+//!
+//! Everything above this module works with safe functions; each `unsafe` block here is one FFI
+//! call whose arguments are either our own values or the application's, passed through unchanged.
+
+mod calls;
+mod flavour;
+pub mod requests;
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPointKind};
+pub use flavour::{Flavour, check_loaded_mpi};
+pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
+
+use mpi_sys as ffi;
+
+pub const SUCCESS: c_int = ffi::MPI_SUCCESS as c_int;
+
+/// Mirrors `struct commtune_mpi_constants` in shim/commtune.h.
+#[repr(C)]
+pub struct Constants {
+    pub in_place: *mut c_void,
+    pub bottom: *mut c_void,
+    pub byte: MPI_Datatype,
+    pub packed: MPI_Datatype,
+    pub maxloc: MPI_Op,
+    pub minloc: MPI_Op,
+    pub replace: MPI_Op,
+    pub no_op: MPI_Op,
+    pub op_null: MPI_Op,
+    pub version: c_int,
+    pub subversion: c_int,
+}
+
+// SAFETY: the record only holds handle values and sentinel addresses that are never dereferenced.
+unsafe impl Sync for Constants {}
+
+unsafe extern "C" {
+    static commtune_mpi_constants: Constants;
+    fn commtune_locate(addr: *const c_void, object: *mut *const c_char, link: *mut usize) -> c_int;
+    fn commtune_backtrace(frames: *mut *mut c_void, max: c_int) -> c_int;
+}
+
+pub fn constants() -> &'static Constants {
+    // SAFETY: an immutable C object initialised at load time.
+    unsafe { &commtune_mpi_constants }
+}
+
+/// A handle's bits, to key maps with (handles are pointers in Open MPI, ints in MPICH).
+pub trait HandleBits: Copy {
+    fn bits(self) -> usize;
+}
+
+macro_rules! handle_bits {
+    ($($t:ty),*) => {$(
+        impl HandleBits for $t {
+            fn bits(self) -> usize {
+                self.0 as usize
+            }
+        }
+    )*};
+}
+handle_bits!(MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request);
+
+pub fn comm_world() -> MPI_Comm {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+pub fn is_in_place(buf: *const c_void) -> bool {
+    buf == constants().in_place.cast_const()
+}
+
+/// MPI_Initialized && !MPI_Finalized: whether MPI calls are legal right now.
+pub fn is_active() -> bool {
+    let (mut init, mut fin) = (0, 0);
+    // SAFETY: both calls are legal at any time and write one int each.
+    unsafe {
+        ffi::PMPI_Initialized(&mut init);
+        ffi::PMPI_Finalized(&mut fin);
+    }
+    init != 0 && fin == 0
+}
+
+pub fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    // SAFETY: the application's own arguments to MPI_Init, passed through.
+    unsafe { ffi::PMPI_Init(argc, argv) }
+}
+
+pub fn init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    // SAFETY: the application's own arguments to MPI_Init_thread, passed through.
+    unsafe { ffi::PMPI_Init_thread(argc, argv, required, provided) }
+}
+
+pub fn finalize() -> c_int {
+    // SAFETY: no arguments; the application asked for it.
+    unsafe { ffi::PMPI_Finalize() }
+}
+
+pub fn comm_rank(comm: MPI_Comm) -> c_int {
+    let mut rank = 0;
+    // SAFETY: writes one int.
+    unsafe { ffi::PMPI_Comm_rank(comm, &mut rank) };
+    rank
+}
+
+pub fn comm_size(comm: MPI_Comm) -> c_int {
+    let mut size = 0;
+    // SAFETY: writes one int.
+    unsafe { ffi::PMPI_Comm_size(comm, &mut size) };
+    size
+}
+
+/// Size in bytes of one element of `datatype` (its data, not its extent).
+pub fn type_size(datatype: MPI_Datatype) -> i64 {
+    let mut size: MPI_Count = 0;
+    // SAFETY: writes one MPI_Count.
+    unsafe { ffi::PMPI_Type_size_x(datatype, &mut size) };
+    size
+}
+
+/// The datatype's MPI name (predefined types always have one), or a description by size.
+pub fn type_name(datatype: MPI_Datatype) -> String {
+    let mut buf = [0 as c_char; 256];
+    let mut len = 0;
+    // SAFETY: the buffer is larger than MPI_MAX_OBJECT_NAME of both flavours (64 and 128).
+    let rc = unsafe { ffi::PMPI_Type_get_name(datatype, buf.as_mut_ptr(), &mut len) };
+    // SAFETY: MPI writes a NUL-terminated name into the buffer.
+    let name = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+    if rc == SUCCESS && !name.is_empty() {
+        name.into_owned()
+    } else {
+        format!("derived({} bytes)", type_size(datatype))
+    }
+}
+
+/// The name of a predefined reduction operation, `user` otherwise.
+pub fn op_name(op: MPI_Op) -> &'static str {
+    let c = constants();
+    // SAFETY: reading constants exported by mpi-sys.
+    let named = unsafe {
+        [
+            (ffi::RSMPI_MAX, "MPI_MAX"),
+            (ffi::RSMPI_MIN, "MPI_MIN"),
+            (ffi::RSMPI_SUM, "MPI_SUM"),
+            (ffi::RSMPI_PROD, "MPI_PROD"),
+            (ffi::RSMPI_LAND, "MPI_LAND"),
+            (ffi::RSMPI_BAND, "MPI_BAND"),
+            (ffi::RSMPI_LOR, "MPI_LOR"),
+            (ffi::RSMPI_BOR, "MPI_BOR"),
+            (ffi::RSMPI_LXOR, "MPI_LXOR"),
+            (ffi::RSMPI_BXOR, "MPI_BXOR"),
+            (c.maxloc, "MPI_MAXLOC"),
+            (c.minloc, "MPI_MINLOC"),
+            (c.replace, "MPI_REPLACE"),
+            (c.no_op, "MPI_NO_OP"),
+        ]
+    };
+    named
+        .iter()
+        .find(|(h, _)| h.bits() == op.bits())
+        .map_or("user", |(_, name)| name)
+}
+
+/// The MPI library's name and version, from the first line of MPI_Get_library_version.
+pub fn library_version() -> String {
+    // MPI_MAX_LIBRARY_VERSION_STRING is 256 in Open MPI and 8192 in MPICH.
+    let mut buf = vec![0 as c_char; 8192];
+    let mut len = 0;
+    // SAFETY: the buffer is as large as either flavour's maximum; legal before MPI_Init.
+    unsafe { ffi::PMPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
+    // SAFETY: MPI writes a NUL-terminated string.
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+    // "Open MPI v4.1.4, package: ..." / "MPICH Version:      4.0.2"
+    let first = text.lines().next().unwrap_or("");
+    let name = first.split(',').next().unwrap_or("");
+    name.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A private duplicate of `comm`; collective over `comm`.
+pub fn comm_dup(comm: MPI_Comm) -> Option<MPI_Comm> {
+    let mut dup = comm;
+    // SAFETY: writes one handle.
+    let rc = unsafe { ffi::PMPI_Comm_dup(comm, &mut dup) };
+    (rc == SUCCESS).then_some(dup)
+}
+
+pub fn comm_free(mut comm: MPI_Comm) {
+    // SAFETY: frees a communicator this library created.
+    unsafe { ffi::PMPI_Comm_free(&mut comm) };
+}
+
+/// Gathers variable-length byte strings to rank 0 of `comm` (None on other ranks or on error).
+pub fn gather_bytes(comm: MPI_Comm, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let rank = comm_rank(comm);
+    let size = comm_size(comm) as usize;
+    let len = c_int::try_from(mine.len()).ok()?;
+    let mut lens = vec![0 as c_int; if rank == 0 { size } else { 0 }];
+    // SAFETY: lens has `size` ints on the root, where alone it is written.
+    let rc = unsafe {
+        ffi::PMPI_Gather(
+            (&len as *const c_int).cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            lens.as_mut_ptr().cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            0,
+            comm,
+        )
+    };
+    if rc != SUCCESS {
+        return None;
+    }
+    let mut displs = Vec::with_capacity(lens.len());
+    let mut total: usize = 0;
+    for &l in &lens {
+        displs.push(c_int::try_from(total).ok()?);
+        total += l as usize;
+    }
+    let mut all = vec![0u8; total];
+    // SAFETY: `all` holds the sum of all lengths on the root; other ranks only send.
+    let rc = unsafe {
+        ffi::PMPI_Gatherv(
+            mine.as_ptr().cast(),
+            len,
+            constants().byte,
+            all.as_mut_ptr().cast(),
+            lens.as_ptr(),
+            displs.as_ptr(),
+            constants().byte,
+            0,
+            comm,
+        )
+    };
+    if rc != SUCCESS || rank != 0 {
+        return None;
+    }
+    Some(
+        lens.iter()
+            .zip(&displs)
+            .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
+            .collect(),
+    )
+}
+
+/// The object containing `addr` and the address it has in that object's own address space.
+pub fn locate(addr: usize) -> Option<(String, u64)> {
+    let mut object: *const c_char = std::ptr::null();
+    let mut link = 0usize;
+    // SAFETY: dladdr1 on any address is safe; it writes the two out-parameters on success.
+    let found = unsafe { commtune_locate(addr as *const c_void, &mut object, &mut link) };
+    if found == 0 || object.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returns a NUL-terminated path owned by the dynamic linker.
+    let path = unsafe { CStr::from_ptr(object) }
+        .to_string_lossy()
+        .into_owned();
+    Some((path, link as u64))
+}
+
+/// Return addresses of the calling thread's stack, innermost first.
+pub fn backtrace(frames: &mut [usize]) -> &[usize] {
+    let max = c_int::try_from(frames.len()).unwrap_or(c_int::MAX);
+    // SAFETY: glibc writes at most `max` pointers into the slice.
+    let n = unsafe { commtune_backtrace(frames.as_mut_ptr().cast(), max) };
+    &frames[..n.max(0) as usize]
+}
+
+/// Wall-clock time in nanoseconds from an arbitrary origin (CLOCK_MONOTONIC, vDSO).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,98 @@
+//! The completion calls (Wait*, Test*, Request_free), passed through to PMPI.
+
+use std::ffi::c_int;
+
+use mpi_sys as ffi;
+
+use super::{MPI_Request, MPI_Status};
+
+/// Handle `i` of an application's request array.
+pub fn request_at(requests: *const MPI_Request, i: usize) -> MPI_Request {
+    // SAFETY: callers only pass indices below the count the application gave with the array.
+    unsafe { *requests.add(i) }
+}
+
+/// Entry `i` of an index array MPI has just filled (Waitsome/Testsome).
+pub fn index_at(indices: *const c_int, i: usize) -> usize {
+    // SAFETY: callers only pass indices below the outcount MPI returned.
+    unsafe { *indices.add(i) }.max(0) as usize
+}
+
+pub fn wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Wait(request, status) }
+}
+
+pub fn waitall(count: c_int, requests: *mut MPI_Request, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Waitall(count, requests, statuses) }
+}
+
+pub fn waitany(
+    count: c_int,
+    requests: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Waitany(count, requests, index, status) }
+}
+
+pub fn waitsome(
+    incount: c_int,
+    requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Waitsome(incount, requests, outcount, indices, statuses) }
+}
+
+pub fn test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Test(request, flag, status) }
+}
+
+pub fn testall(
+    count: c_int,
+    requests: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Testall(count, requests, flag, statuses) }
+}
+
+pub fn testany(
+    count: c_int,
+    requests: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Testany(count, requests, index, flag, status) }
+}
+
+pub fn testsome(
+    incount: c_int,
+    requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Testsome(incount, requests, outcount, indices, statuses) }
+}
+
+pub fn request_free(request: *mut MPI_Request) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Request_free(request) }
+}
+
+/// Reads an int MPI has just written (flag, index, outcount).
+pub fn read_int(p: *const c_int) -> c_int {
+    // SAFETY: only called on out-parameters of a call that returned MPI_SUCCESS.
+    unsafe { *p }
+}

@@ -1,0 +1,122 @@
+//! Process-wide state: the configuration read at load time, the switch that turns every entry
+//! point into a plain pass-through, and what this process is in the MPI job.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::config::{self, Config, Mode};
+use crate::{mpi, report};
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Problems found in the knobs, printed once by rank 0 when MPI starts.
+static PROBLEMS: OnceLock<Vec<String>> = OnceLock::new();
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static PROCESS: OnceLock<Process> = OnceLock::new();
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// This process in the MPI job, known once MPI is initialised.
+pub struct Process {
+    pub rank: u32,
+    pub size: u32,
+    pub start_ns: u64,
+    /// The MPI library's version string (first line).
+    pub mpi: String,
+}
+
+/// Called by the library constructor, in every process the library is loaded into (launchers
+/// and proxies too, which never initialise MPI).
+pub fn load() {
+    if let Err(message) = mpi::check_loaded_mpi() {
+        refuse(&message);
+    }
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let (config, problems) = config::parse(vars);
+    ENABLED.store(config.mode != Mode::Off, Ordering::Relaxed);
+    let _ = CONFIG.set(config);
+    let _ = PROBLEMS.set(problems);
+    // SAFETY: registers a plain function; atexit only fails when out of memory, and then the
+    // fallback report is simply not written.
+    unsafe { libc::atexit(at_exit) };
+}
+
+/// A library built for the other MPI would crash inside MPI: stop with a clear message instead.
+fn refuse(message: &str) -> ! {
+    eprintln!("{message}");
+    // SAFETY: terminating the process; nothing of the application has run yet or can run safely.
+    unsafe { libc::_exit(1) }
+}
+
+/// Whether entry points do anything beyond calling PMPI (COMMTUNE_MODE other than off).
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::default)
+}
+
+/// This process, once MPI is initialised (lazily for programs whose MPI_Init we do not see,
+/// such as Fortran programs under MPICH's mpi_f08). None while MPI is not active.
+#[inline]
+pub fn process() -> Option<&'static Process> {
+    match PROCESS.get() {
+        Some(p) => Some(p),
+        None => started(),
+    }
+}
+
+/// MPI has just been initialised (or an intercepted call found it initialised).
+pub fn started() -> Option<&'static Process> {
+    if !mpi::is_active() {
+        return None;
+    }
+    if let Err(message) = mpi::check_loaded_mpi() {
+        refuse(&message);
+    }
+    Some(PROCESS.get_or_init(|| {
+        let world = mpi::comm_world();
+        let process = Process {
+            rank: mpi::comm_rank(world) as u32,
+            size: mpi::comm_size(world) as u32,
+            start_ns: mpi::now_ns(),
+            mpi: mpi::library_version(),
+        };
+        if process.rank == 0 {
+            for problem in PROBLEMS.get().into_iter().flatten() {
+                eprintln!("{problem}");
+            }
+            if config().verbose >= 1 {
+                eprintln!(
+                    "commtune: {} ranks, {}, built for {}, {:?}",
+                    process.size,
+                    process.mpi,
+                    mpi::Flavour::BUILT.name(),
+                    config()
+                );
+            }
+        }
+        process
+    }))
+}
+
+/// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away.
+pub fn finalizing() {
+    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(process) = process() {
+        report::gather_and_write(process, config());
+    }
+}
+
+/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself.
+extern "C" fn at_exit() {
+    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(process) = PROCESS.get() {
+        report::write_local(process, config());
+    }
+}

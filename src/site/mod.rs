@@ -1,0 +1,139 @@
+//! Call sites: where the application called MPI, identified identically on every rank.
+//!
+//! A native site is (object file, link-time address of the return address): the same on every
+//! rank whatever ASLR did. When the immediate caller is an MPI binding library (Fortran bindings,
+//! the C++ bindings, mpi4py) every call would look like one site, so the stack is walked to the
+//! first frame outside such libraries; for mpi4py the Python frame gives file and line.
+//! Symbolization to `file:line (function)` happens once, at report time (see `symbolize`).
+
+mod python;
+mod symbolize;
+
+use std::path::Path;
+use std::sync::LazyLock;
+
+use commtune_report::SiteData;
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use crate::mpi;
+
+pub use symbolize::Symbolizer;
+
+/// A process-local token for a call site: the return address of a native caller, or a tagged
+/// index into the table of Python sites.
+pub type SiteRef = usize;
+
+/// Whether a return address is the application's or a binding library's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Caller {
+    Application,
+    Binding,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ObjectKind {
+    Application,
+    /// Fortran/C++ bindings and the MPI library itself: skip to the caller.
+    Binding,
+    /// mpi4py: the site is the Python frame.
+    Python,
+}
+
+/// Object kind per code address, shared by all threads (addresses never change meaning).
+static KINDS: LazyLock<DashMap<usize, ObjectKind, FxBuildHasher>> = LazyLock::new(DashMap::default);
+
+/// Soname prefixes of the libraries that stand between an application and the C MPI API.
+const BINDING_LIBRARIES: &[&str] = &[
+    "libmpi_mpifh",
+    "libmpi_usempi",
+    "libmpi_cxx",
+    "libmpi.so",
+    "libmpichfort",
+    "libmpichcxx",
+    "libmpich.so",
+    "libcommtune",
+];
+
+fn kind_of(addr: usize) -> ObjectKind {
+    if let Some(kind) = KINDS.get(&addr) {
+        return *kind;
+    }
+    let kind = match mpi::locate(addr) {
+        Some((object, _)) if object.contains("/mpi4py/") => ObjectKind::Python,
+        Some((object, _)) => {
+            let name = file_name(&object);
+            if BINDING_LIBRARIES.iter().any(|b| name.starts_with(b)) {
+                ObjectKind::Binding
+            } else {
+                ObjectKind::Application
+            }
+        }
+        None => ObjectKind::Application,
+    };
+    KINDS.insert(addr, kind);
+    kind
+}
+
+/// Classifies the immediate return address of an intercepted call (cached by the caller).
+pub fn classify(ra: usize) -> Caller {
+    match kind_of(ra) {
+        ObjectKind::Application => Caller::Application,
+        ObjectKind::Binding | ObjectKind::Python => Caller::Binding,
+    }
+}
+
+/// The application's site for a call whose immediate caller `ra` is a binding library.
+/// Costs a stack walk (a few microseconds), which is why only binding calls pay it.
+pub fn application_site(ra: usize) -> SiteRef {
+    let mut buf = [0usize; 48];
+    let frames = mpi::backtrace(&mut buf);
+    let Some(start) = frames.iter().position(|&f| f == ra) else {
+        return ra;
+    };
+    for &frame in &frames[start..] {
+        match kind_of(frame) {
+            ObjectKind::Application => return frame,
+            ObjectKind::Python => return python::current_site().unwrap_or(ra),
+            ObjectKind::Binding => {}
+        }
+    }
+    ra
+}
+
+/// The description of a site that travels to rank 0 in the report.
+pub fn describe(site: SiteRef) -> SiteData {
+    if let Some(py) = python::describe(site) {
+        return py;
+    }
+    match mpi::locate(site) {
+        Some((object, address)) => SiteData {
+            id: site_id(file_name(&object), address),
+            // The main program's path is as it was started (often relative): rank 0 may
+            // symbolize from another working directory.
+            object: std::fs::canonicalize(&object)
+                .map_or(object, |p| p.to_string_lossy().into_owned()),
+            address,
+            python: None,
+        },
+        None => SiteData {
+            id: site_id("?", site as u64),
+            object: "?".into(),
+            address: site as u64,
+            python: None,
+        },
+    }
+}
+
+/// The cross-rank identity of a site: a hash of what is the same on every rank.
+fn site_id(object_name: &str, address: u64) -> u64 {
+    use std::hash::BuildHasher;
+    FxBuildHasher.hash_one((object_name, address))
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path)
+}

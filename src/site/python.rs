@@ -1,0 +1,139 @@
+//! Call sites of mpi4py programs: the Python file and line that called the mpi4py method.
+//!
+//! mpi4py calls MPI with the GIL released, so the interpreter's frame is read under
+//! PyGILState_Ensure. The CPython API is looked up at run time: the library must not depend on
+//! Python, and only processes that loaded mpi4py ever get here.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{LazyLock, Mutex, OnceLock};
+
+use commtune_report::{PythonFrame, SiteData};
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use super::{SiteRef, file_name, site_id};
+
+const PYTHON_TAG: SiteRef = 1 << (usize::BITS - 1);
+
+type PyObject = c_void;
+
+/// The CPython functions used, resolved in the running interpreter.
+struct CPython {
+    gil_ensure: unsafe extern "C" fn() -> c_int,
+    gil_release: unsafe extern "C" fn(c_int),
+    current_frame: unsafe extern "C" fn() -> *mut PyObject,
+    frame_line: unsafe extern "C" fn(*mut PyObject) -> c_int,
+    frame_code: unsafe extern "C" fn(*mut PyObject) -> *mut PyObject,
+    get_attr: unsafe extern "C" fn(*mut PyObject, *const c_char) -> *mut PyObject,
+    as_utf8: unsafe extern "C" fn(*mut PyObject) -> *const c_char,
+    dec_ref: unsafe extern "C" fn(*mut PyObject),
+}
+
+fn cpython() -> Option<&'static CPython> {
+    static API: OnceLock<Option<CPython>> = OnceLock::new();
+    API.get_or_init(|| {
+        fn sym(name: &CStr) -> Option<*mut c_void> {
+            // SAFETY: dlsym with a NUL-terminated name; a null result is handled.
+            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        }
+        // SAFETY: each symbol is the CPython function of that name with the declared signature
+        // (stable C API since Python 3.9).
+        unsafe {
+            Some(CPython {
+                gil_ensure: std::mem::transmute(sym(c"PyGILState_Ensure")?),
+                gil_release: std::mem::transmute(sym(c"PyGILState_Release")?),
+                current_frame: std::mem::transmute(sym(c"PyEval_GetFrame")?),
+                frame_line: std::mem::transmute(sym(c"PyFrame_GetLineNumber")?),
+                frame_code: std::mem::transmute(sym(c"PyFrame_GetCode")?),
+                get_attr: std::mem::transmute(sym(c"PyObject_GetAttrString")?),
+                as_utf8: std::mem::transmute(sym(c"PyUnicode_AsUTF8")?),
+                dec_ref: std::mem::transmute(sym(c"Py_DecRef")?),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// Interned Python sites: index = SiteRef without the tag.
+static SITES: Mutex<Vec<PythonFrame>> = Mutex::new(Vec::new());
+static INDEX: LazyLock<DashMap<(String, u32), usize, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// The Python frame calling MPI on this thread, interned; None without a Python interpreter.
+pub fn current_site() -> Option<SiteRef> {
+    let api = cpython()?;
+    // SAFETY: the GIL is taken for the whole inspection; every new reference is released and
+    // borrowed ones are not used after the GIL is given back.
+    let frame = unsafe {
+        let gil = (api.gil_ensure)();
+        let frame = read_frame(api);
+        (api.gil_release)(gil);
+        frame
+    }?;
+    let key = (frame.file.clone(), frame.line);
+    if let Some(index) = INDEX.get(&key) {
+        return Some(*index | PYTHON_TAG);
+    }
+    let mut sites = SITES.lock().ok()?;
+    let index = *INDEX.entry(key).or_insert_with(|| {
+        sites.push(frame);
+        sites.len() - 1
+    });
+    Some(index | PYTHON_TAG)
+}
+
+/// Reads file, line and function of the innermost Python frame.
+///
+/// # Safety
+/// The caller holds the GIL.
+unsafe fn read_frame(api: &CPython) -> Option<PythonFrame> {
+    // SAFETY: (for the block) the GIL is held; objects are used while their references live.
+    unsafe {
+        let frame = (api.current_frame)();
+        if frame.is_null() {
+            return None;
+        }
+        let line = (api.frame_line)(frame);
+        let code = (api.frame_code)(frame);
+        if code.is_null() {
+            return None;
+        }
+        let text = |attr: &CStr| {
+            let obj = (api.get_attr)(code, attr.as_ptr());
+            if obj.is_null() {
+                return String::from("?");
+            }
+            let utf8 = (api.as_utf8)(obj);
+            let s = if utf8.is_null() {
+                String::from("?")
+            } else {
+                CStr::from_ptr(utf8).to_string_lossy().into_owned()
+            };
+            (api.dec_ref)(obj);
+            s
+        };
+        let file = text(c"co_filename");
+        let function = text(c"co_name");
+        (api.dec_ref)(code);
+        Some(PythonFrame {
+            file,
+            line: u32::try_from(line).unwrap_or(0),
+            function,
+        })
+    }
+}
+
+/// The report description of a Python site; None for native sites.
+pub fn describe(site: SiteRef) -> Option<SiteData> {
+    if site & PYTHON_TAG == 0 {
+        return None;
+    }
+    let frame = SITES.lock().ok()?.get(site & !PYTHON_TAG)?.clone();
+    Some(SiteData {
+        id: site_id(file_name(&frame.file), u64::from(frame.line)),
+        object: frame.file.clone(),
+        address: u64::from(frame.line),
+        python: Some(frame),
+    })
+}
