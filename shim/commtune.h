@@ -4,6 +4,8 @@
 #ifndef COMMTUNE_SHIM_H
 #define COMMTUNE_SHIM_H
 
+#include <stddef.h>
+
 #include <mpi.h>
 
 #define CALLER __builtin_return_address(0)

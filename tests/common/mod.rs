@@ -1,0 +1,308 @@
+//! Running real MPI jobs under the preload library: compile a test program with the flavour's
+//! compiler wrapper, launch it with the flavour's launcher and read the JSON report.
+//!
+//! Both library builds must exist (scripts/test builds them): target/release/libcommtune.so
+//! (Open MPI) and target/mpich/release/libcommtune.so (MPICH).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    OpenMpi,
+    Mpich,
+}
+
+pub use Flavour::{Mpich, OpenMpi};
+
+/// Jobs run one at a time: the machine has two cores and MPICH busy-polls.
+static JOBS: Mutex<()> = Mutex::new(());
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(180);
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Flavour {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpenMpi => "openmpi",
+            Mpich => "mpich",
+        }
+    }
+
+    pub fn library(self) -> PathBuf {
+        let path = match self {
+            OpenMpi => root().join("target/release/libcommtune.so"),
+            Mpich => root().join("target/mpich/release/libcommtune.so"),
+        };
+        assert!(
+            path.exists(),
+            "{} is missing: build both flavours first (scripts/test does)",
+            path.display()
+        );
+        path
+    }
+
+    fn cc(self) -> &'static str {
+        match self {
+            OpenMpi => "mpicc.openmpi",
+            Mpich => "mpicc.mpich",
+        }
+    }
+
+    fn fortran(self) -> &'static str {
+        match self {
+            OpenMpi => "mpif90.openmpi",
+            Mpich => "mpif90.mpich",
+        }
+    }
+
+    /// The launcher with the options every job needs on this machine.
+    fn launcher(self, np: usize) -> Command {
+        match self {
+            OpenMpi => {
+                let mut c = Command::new("mpirun.openmpi");
+                c.args(["--oversubscribe", "-np", &np.to_string()])
+                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    // Open MPI 4.1.4's AVX op component gets 8-bit sums wrong on this host.
+                    .env("OMPI_MCA_op", "^avx");
+                c
+            }
+            Mpich => {
+                let mut c = Command::new("mpiexec.mpich");
+                c.args(["-np", &np.to_string()]);
+                c
+            }
+        }
+    }
+
+    /// Passes one environment variable to every rank.
+    fn pass_env(self, cmd: &mut Command, name: &str, value: &str) {
+        match self {
+            OpenMpi => cmd.args(["-x", &format!("{name}={value}")]),
+            Mpich => cmd.args(["-genv", name, value]),
+        };
+    }
+}
+
+/// A scratch directory per test, under target/.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = root().join("target/test-runs").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch directory");
+    dir
+}
+
+/// Compiles `tests/programs/<source>` for `flavour` into `dir`.
+pub fn compile(flavour: Flavour, source: &str, dir: &Path) -> PathBuf {
+    let src = root().join("tests/programs").join(source);
+    let stem = Path::new(source).file_stem().unwrap().to_string_lossy();
+    let exe = dir.join(format!("{stem}-{}", flavour.name()));
+    let mut cmd = if source.ends_with(".c") {
+        let mut c = Command::new(flavour.cc());
+        c.args(["-g", "-O1", "-pthread", "-Wall"]);
+        c
+    } else {
+        let mut c = Command::new(flavour.fortran());
+        // mpif.h has no interfaces: gfortran >= 10 needs this for choice buffers.
+        c.args(["-g", "-O1", "-fallow-argument-mismatch", "-w"]);
+        c.current_dir(dir);
+        c
+    };
+    let out = cmd
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run the compiler");
+    assert!(
+        out.status.success(),
+        "compiling {source} for {flavour:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// One finished job.
+pub struct Job {
+    pub output: Output,
+    pub report_path: PathBuf,
+}
+
+impl Job {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.output.status.success(),
+            "job failed ({})\nstdout:\n{}\nstderr:\n{}",
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+
+    pub fn report(&self) -> Value {
+        let text = std::fs::read_to_string(&self.report_path).unwrap_or_else(|e| {
+            panic!(
+                "no report at {}: {e}\nstderr:\n{}",
+                self.report_path.display(),
+                self.stderr()
+            )
+        });
+        serde_json::from_str(&text).expect("the report is valid JSON")
+    }
+}
+
+/// A job description: program, ranks, environment of the ranks.
+pub struct Run<'a> {
+    flavour: Flavour,
+    np: usize,
+    program: Vec<String>,
+    env: Vec<(String, String)>,
+    dir: &'a Path,
+    preload: bool,
+}
+
+pub fn run<'a>(flavour: Flavour, np: usize, program: &Path, dir: &'a Path) -> Run<'a> {
+    Run {
+        flavour,
+        np,
+        program: vec![program.to_string_lossy().into_owned()],
+        env: Vec::new(),
+        dir,
+        preload: true,
+    }
+}
+
+impl Run<'_> {
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.program.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Runs without the library (the reference run).
+    pub fn native(mut self) -> Self {
+        self.preload = false;
+        self
+    }
+
+    /// Runs the job; the report goes to `<dir>/report.json` unless COMMTUNE_REPORT is set.
+    pub fn go(self) -> Job {
+        let _one_at_a_time = lock();
+        let report_path = self.dir.join("report.json");
+        let _ = std::fs::remove_file(&report_path);
+        let mut cmd = self.flavour.launcher(self.np);
+        let mut env = self.env.clone();
+        if !env.iter().any(|(k, _)| k == "COMMTUNE_REPORT") {
+            env.push((
+                "COMMTUNE_REPORT".into(),
+                report_path.to_string_lossy().into_owned(),
+            ));
+        }
+        if self.preload {
+            let lib = self.flavour.library();
+            env.push(("LD_PRELOAD".into(), lib.to_string_lossy().into_owned()));
+        }
+        for (name, value) in &env {
+            self.flavour.pass_env(&mut cmd, name, value);
+        }
+        cmd.args(&self.program).current_dir(self.dir);
+        let output = run_with_timeout(cmd);
+        Job {
+            output,
+            report_path,
+        }
+    }
+}
+
+fn lock() -> MutexGuard<'static, ()> {
+    JOBS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `cmd`, killing it after JOB_TIMEOUT (a deadlock must fail the test, not hang CI).
+pub fn run_with_timeout(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait for the job").is_some() {
+            return child.wait_with_output().expect("collect the job's output");
+        }
+        if start.elapsed() > JOB_TIMEOUT {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect the job's output");
+            panic!(
+                "job {cmd:?} did not finish in {JOB_TIMEOUT:?} (deadlock?)\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The line of `marker` (e.g. `SITE:allreduce`) in a test program's source.
+pub fn marker_line(source: &str, marker: &str) -> u64 {
+    let text = std::fs::read_to_string(root().join("tests/programs").join(source)).unwrap();
+    let lines: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.split(marker)
+                .nth(1)
+                .is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        })
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "marker {marker} must be on exactly one line of {source}"
+    );
+    lines[0] as u64
+}
+
+/// The report's sites.
+pub fn sites(report: &Value) -> &Vec<Value> {
+    report["sites"].as_array().expect("sites is an array")
+}
+
+/// The one site whose source line is `line`.
+pub fn site_at_line<'a>(report: &'a Value, line: u64) -> &'a Value {
+    let found: Vec<&Value> = sites(report)
+        .iter()
+        .filter(|s| s["line"].as_u64() == Some(line))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one site at line {line}, report:\n{}",
+        serde_json::to_string_pretty(report).unwrap()
+    );
+    found[0]
+}

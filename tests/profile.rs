@@ -1,0 +1,118 @@
+//! Profiling of programs whose calls are known: sites, ops, calls, bytes and source lines in the
+//! JSON report, under both MPIs, for C, Fortran (mpif.h and mpi_f08), Python and threads.
+
+mod common;
+
+use common::{Flavour, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line, sites};
+use serde_json::Value;
+
+/// (marker, op, calls per rank, bytes per rank as a function of the number of ranks)
+type Expected = (&'static str, &'static str, u64, fn(u64) -> u64);
+
+const KNOWN_CALLS_C: &[Expected] = &[
+    ("SITE:allreduce_vec", "allreduce", 10, |_| 10 * 4 * 8),
+    ("SITE:allreduce_inplace", "allreduce", 5, |_| 5 * 4),
+    ("SITE:alltoall", "alltoall", 3, |p| 3 * 2 * 4 * p),
+    // rank i contributes i+1 ints: p(p+1)/2 ints gathered per call
+    ("SITE:allgatherv", "allgatherv", 7, |p| {
+        7 * 4 * p * (p + 1) / 2
+    }),
+    ("SITE:halo_waitall", "halo", 6, |_| 6 * 2 * 8 * 8),
+    ("SITE:halo_wait", "halo", 4, |_| 4 * 2 * 8 * 8),
+];
+
+const KNOWN_CALLS_FORTRAN: &[Expected] = &[
+    ("SITE:allreduce", "allreduce", 3, |_| 3 * 3 * 8),
+    ("SITE:allreduce_inplace", "allreduce", 2, |_| 2 * 4),
+    ("SITE:alltoall", "alltoall", 2, |p| 2 * 4 * p),
+    ("SITE:halo_waitall", "halo", 2, |_| 2 * 2 * 5 * 8),
+];
+
+fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["nprocs"], np);
+    assert_eq!(report["ranks_reporting"], np);
+    assert_eq!(
+        sites(report).len(),
+        expected.len(),
+        "one site per marked call:\n{}",
+        serde_json::to_string_pretty(report).unwrap()
+    );
+    for &(marker, op, calls, bytes) in expected {
+        let line = marker_line(source, marker);
+        let site = site_at_line(report, line);
+        assert_eq!(site["op"], op, "{marker}");
+        assert_eq!(site["calls"], calls, "{marker}");
+        assert_eq!(site["ranks"]["calls"]["min"], calls, "{marker}: every rank");
+        assert_eq!(site["ranks"]["count"], np, "{marker}: seen on every rank");
+        assert_eq!(site["bytes"], bytes(np), "{marker}");
+        assert_eq!(site["codelet"], "native");
+        let file = site["file"].as_str().unwrap_or_default();
+        assert!(file.ends_with(source), "{marker}: file {file}");
+        let location = site["location"].as_str().unwrap();
+        assert!(
+            location.starts_with(&format!("{source}:{line} (")),
+            "{marker}: location {location}"
+        );
+        let time = &site["time"];
+        for q in ["min_us", "p50_us", "p90_us", "p99_us", "max_us"] {
+            assert!(time[q].as_f64().unwrap() > 0.0, "{marker}: {q}");
+        }
+        assert!(time["min_us"].as_f64() <= time["p50_us"].as_f64());
+        assert!(time["p50_us"].as_f64() <= time["p99_us"].as_f64());
+        assert!(time["p99_us"].as_f64() <= time["max_us"].as_f64());
+        let share = time["share"].as_f64().unwrap();
+        assert!(share > 0.0 && share < 1.0, "{marker}: share {share}");
+    }
+}
+
+fn known_calls_c(flavour: Flavour, np: u64) {
+    let dir = scratch(&format!("known_calls_c_{}", flavour.name()));
+    let exe = compile(flavour, "known_calls.c", &dir);
+    let job = run(flavour, np as usize, &exe, &dir).go();
+    job.assert_success();
+    assert!(job.stdout().contains("known_calls: results correct"));
+    check_report(&job.report(), "known_calls.c", np, KNOWN_CALLS_C);
+    // The text summary names the top site.
+    assert!(job.stderr().contains("commtune: report written to"));
+    assert!(job.stderr().contains("known_calls.c:"));
+}
+
+#[test]
+fn c_program_openmpi_4_ranks() {
+    known_calls_c(OpenMpi, 4);
+}
+
+#[test]
+fn c_program_mpich_2_ranks() {
+    known_calls_c(Mpich, 2);
+}
+
+fn known_calls_fortran(flavour: Flavour, source: &str) {
+    let dir = scratch(&format!("{source}_{}", flavour.name()));
+    let exe = compile(flavour, source, &dir);
+    let job = run(flavour, 2, &exe, &dir).go();
+    job.assert_success();
+    assert!(job.stdout().contains("results correct"), "{}", job.stdout());
+    check_report(&job.report(), source, 2, KNOWN_CALLS_FORTRAN);
+}
+
+#[test]
+fn fortran_mpif_h_openmpi() {
+    known_calls_fortran(OpenMpi, "known_calls_mpif.f90");
+}
+
+#[test]
+fn fortran_mpi_f08_openmpi() {
+    known_calls_fortran(OpenMpi, "known_calls_f08.f90");
+}
+
+#[test]
+fn fortran_mpif_h_mpich() {
+    known_calls_fortran(Mpich, "known_calls_mpif.f90");
+}
+
+#[test]
+fn fortran_mpi_f08_mpich() {
+    known_calls_fortran(Mpich, "known_calls_f08.f90");
+}
