@@ -1,0 +1,95 @@
+//! Bad input never breaks the application: unknown knobs and bad values are reported once and
+//! the defaults used, an unwritable report path loses only the file, MODE=off is a pass-through,
+//! and a library of the other MPI flavour refuses clearly instead of crashing.
+
+mod common;
+
+use common::{Flavour, Mpich, OpenMpi, compile, run, scratch};
+
+const PROGRAM: &str = "known_calls.c";
+const CORRECT: &str = "known_calls: results correct";
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn unknown_knob_and_bad_values_are_named_once_and_defaults_used() {
+    let dir = scratch("bad_knobs");
+    let exe = compile(OpenMpi, PROGRAM, &dir);
+    let job = run(OpenMpi, 4, &exe, &dir)
+        .env("COMMTUNE_MODEE", "off")
+        .env("COMMTUNE_MODE", "fast")
+        .env("COMMTUNE_VERBOSE", "9")
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains(CORRECT));
+    let err = job.stderr();
+    assert_eq!(count(&err, "unknown knob COMMTUNE_MODEE"), 1, "{err}");
+    assert_eq!(count(&err, "COMMTUNE_MODE=\"fast\" is not valid (accepted: off, profile)"), 1, "{err}");
+    assert_eq!(count(&err, "COMMTUNE_VERBOSE=\"9\" is not valid (accepted: 0, 1, 2)"), 1, "{err}");
+    // Default mode (profile) still produced the report.
+    assert_eq!(job.report()["nprocs"], 4);
+}
+
+#[test]
+fn unwritable_report_path_keeps_the_application_going() {
+    for flavour in [OpenMpi, Mpich] {
+        let dir = scratch(&format!("unwritable_{}", flavour.name()));
+        let exe = compile(flavour, PROGRAM, &dir);
+        let path = "/nonexistent-commtune-dir/report.json";
+        let job = run(flavour, 2, &exe, &dir).env("COMMTUNE_REPORT", path).go();
+        job.assert_success();
+        assert!(job.stdout().contains(CORRECT));
+        assert_eq!(count(&job.stderr(), &format!("cannot write the report to {path}")), 1);
+    }
+}
+
+#[test]
+fn report_none_writes_no_file() {
+    let dir = scratch("report_none");
+    let exe = compile(OpenMpi, PROGRAM, &dir);
+    let job = run(OpenMpi, 2, &exe, &dir).env("COMMTUNE_REPORT", "none").go();
+    job.assert_success();
+    assert!(job.stderr().contains("known_calls.c:"), "the summary is still printed");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(
+        files.iter().all(|f| !f.file_name().to_string_lossy().ends_with(".json")),
+        "no JSON file"
+    );
+}
+
+fn mode_off(flavour: Flavour) {
+    let dir = scratch(&format!("mode_off_{}", flavour.name()));
+    let exe = compile(flavour, PROGRAM, &dir);
+    let job = run(flavour, 2, &exe, &dir).env("COMMTUNE_MODE", "off").go();
+    job.assert_success();
+    assert!(job.stdout().contains(CORRECT));
+    assert!(!job.stderr().contains("commtune"), "silent: {}", job.stderr());
+    assert!(!job.report_path.exists(), "no report with MODE=off");
+}
+
+#[test]
+fn mode_off_is_a_pass_through_openmpi() {
+    mode_off(OpenMpi);
+}
+
+#[test]
+fn mode_off_is_a_pass_through_mpich() {
+    mode_off(Mpich);
+}
+
+#[test]
+fn library_of_the_other_mpi_refuses_clearly() {
+    let dir = scratch("wrong_flavour");
+    let exe = compile(Mpich, PROGRAM, &dir);
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.env("LD_PRELOAD", OpenMpi.library()).current_dir(&dir);
+    let out = common::run_with_timeout(cmd);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("built for Open MPI but the program uses MPICH"),
+        "{err}"
+    );
+}
