@@ -6,6 +6,7 @@
 //! `keys`/`halo` (per-key state) → `mpi` (the only raw MPI calls). `site` names callers,
 //! `report` gathers and writes at MPI_Finalize, `config` reads the knobs once at load time.
 
+mod clock;
 mod config;
 mod halo;
 mod interpose;

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::{self, Config, Mode};
-use crate::{mpi, report};
+use crate::{clock, mpi, report};
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Problems found in the knobs, printed once by rank 0 when MPI starts.
@@ -76,6 +76,7 @@ pub fn started() -> Option<&'static Process> {
         refuse(&message);
     }
     Some(PROCESS.get_or_init(|| {
+        clock::start();
         let world = mpi::comm_world();
         let process = Process {
             rank: mpi::comm_rank(world) as u32,

@@ -26,8 +26,22 @@ fn unknown_knob_and_bad_values_are_named_once_and_defaults_used() {
     assert!(job.stdout().contains(CORRECT));
     let err = job.stderr();
     assert_eq!(count(&err, "unknown knob COMMTUNE_MODEE"), 1, "{err}");
-    assert_eq!(count(&err, "COMMTUNE_MODE=\"fast\" is not valid (accepted: off, profile)"), 1, "{err}");
-    assert_eq!(count(&err, "COMMTUNE_VERBOSE=\"9\" is not valid (accepted: 0, 1, 2)"), 1, "{err}");
+    assert_eq!(
+        count(
+            &err,
+            "COMMTUNE_MODE=\"fast\" is not valid (accepted: off, profile)"
+        ),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        count(
+            &err,
+            "COMMTUNE_VERBOSE=\"9\" is not valid (accepted: 0, 1, 2)"
+        ),
+        1,
+        "{err}"
+    );
     // Default mode (profile) still produced the report.
     assert_eq!(job.report()["nprocs"], 4);
 }
@@ -38,10 +52,15 @@ fn unwritable_report_path_keeps_the_application_going() {
         let dir = scratch(&format!("unwritable_{}", flavour.name()));
         let exe = compile(flavour, PROGRAM, &dir);
         let path = "/nonexistent-commtune-dir/report.json";
-        let job = run(flavour, 2, &exe, &dir).env("COMMTUNE_REPORT", path).go();
+        let job = run(flavour, 2, &exe, &dir)
+            .env("COMMTUNE_REPORT", path)
+            .go();
         job.assert_success();
         assert!(job.stdout().contains(CORRECT));
-        assert_eq!(count(&job.stderr(), &format!("cannot write the report to {path}")), 1);
+        assert_eq!(
+            count(&job.stderr(), &format!("cannot write the report to {path}")),
+            1
+        );
     }
 }
 
@@ -49,12 +68,19 @@ fn unwritable_report_path_keeps_the_application_going() {
 fn report_none_writes_no_file() {
     let dir = scratch("report_none");
     let exe = compile(OpenMpi, PROGRAM, &dir);
-    let job = run(OpenMpi, 2, &exe, &dir).env("COMMTUNE_REPORT", "none").go();
+    let job = run(OpenMpi, 2, &exe, &dir)
+        .env("COMMTUNE_REPORT", "none")
+        .go();
     job.assert_success();
-    assert!(job.stderr().contains("known_calls.c:"), "the summary is still printed");
+    assert!(
+        job.stderr().contains("known_calls.c:"),
+        "the summary is still printed"
+    );
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
     assert!(
-        files.iter().all(|f| !f.file_name().to_string_lossy().ends_with(".json")),
+        files
+            .iter()
+            .all(|f| !f.file_name().to_string_lossy().ends_with(".json")),
         "no JSON file"
     );
 }
@@ -65,7 +91,11 @@ fn mode_off(flavour: Flavour) {
     let job = run(flavour, 2, &exe, &dir).env("COMMTUNE_MODE", "off").go();
     job.assert_success();
     assert!(job.stdout().contains(CORRECT));
-    assert!(!job.stderr().contains("commtune"), "silent: {}", job.stderr());
+    assert!(
+        !job.stderr().contains("commtune"),
+        "silent: {}",
+        job.stderr()
+    );
     assert!(!job.report_path.exists(), "no report with MODE=off");
 }
 

@@ -16,12 +16,18 @@ fn mpi4py_allreduce_sites() {
     assert!(job.stdout().contains("allreduce_sites: results correct"));
     let report = job.report();
     assert_eq!(sites(&report).len(), 2, "{report:#}");
-    for (marker, function, calls) in [("SITE:py_total", "total", 5), ("SITE:py_max", "<module>", 3)] {
+    for (marker, function, calls) in [
+        ("SITE:py_total", "total", 5),
+        ("SITE:py_max", "<module>", 3),
+    ] {
         let line = marker_line("allreduce_sites.py", marker);
         let site = site_at_line(&report, line);
         assert_eq!(site["op"], "allreduce");
         assert_eq!(site["calls"], calls, "{marker}");
         assert_eq!(site["function"], function, "{marker}");
-        assert_eq!(site["location"], format!("allreduce_sites.py:{line} ({function})"));
+        assert_eq!(
+            site["location"],
+            format!("allreduce_sites.py:{line} ({function})")
+        );
     }
 }

@@ -10,7 +10,11 @@ fn two_threads(flavour: Flavour, np: u64) {
     let exe = compile(flavour, "threads.c", &dir);
     let job = run(flavour, np as usize, &exe, &dir).go();
     job.assert_success();
-    assert!(job.stdout().contains("threads: results correct"), "{}", job.stdout());
+    assert!(
+        job.stdout().contains("threads: results correct"),
+        "{}",
+        job.stdout()
+    );
     let report = job.report();
     assert_eq!(sites(&report).len(), 4);
     for (marker, op, calls) in [

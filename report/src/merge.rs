@@ -199,10 +199,11 @@ mod tests {
         assert_eq!(a.calls, 3);
         assert_eq!(a.bytes, 24);
         assert_eq!(a.ranks.count, 2);
-        assert_eq!(a.ranks.time_s.max, 600e-9);
-        assert_eq!(a.time.min_us, 0.1);
-        assert_eq!(a.time.max_us, 0.2);
-        assert!((a.time.share - 900.0 / 2000.0).abs() < 1e-12);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(a.ranks.time_s.max, 600e-9));
+        assert!(close(a.time.min_us, 0.1));
+        assert!(close(a.time.max_us, 0.2));
+        assert!(close(a.time.share, 900.0 / 2000.0));
         assert_eq!(a.codelet, "native");
         assert_eq!(a.codelets["native"], 6);
         assert_eq!(report.sites[1].ranks.count, 1);

@@ -17,6 +17,7 @@ use commtune_report::Op;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
+use crate::clock;
 use crate::keys::{self, CallKey, Description};
 use crate::mpi::requests::{index_at, request_at};
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
@@ -55,7 +56,8 @@ struct Posted {
 struct Tracker {
     ops: Vec<Posted>,
     open: usize,
-    first_post_ns: u64,
+    /// Clock ticks at the episode's first post.
+    first_post: u64,
     /// The request array of the completion call in progress, as it was before the call.
     before: Vec<usize>,
 }
@@ -82,7 +84,7 @@ pub fn posted(call: &PointToPoint, request: MPI_Request) {
             return;
         }
         if t.ops.is_empty() {
-            t.first_post_ns = mpi::now_ns();
+            t.first_post = clock::now();
         }
         t.ops.push(Posted {
             request,
@@ -159,7 +161,7 @@ impl Tracker {
     }
 
     fn close(&mut self, caller: usize) {
-        let elapsed = mpi::now_ns().saturating_sub(self.first_post_ns);
+        let elapsed = clock::now().saturating_sub(self.first_post);
         let mut signature = FxHasher::default();
         for op in &self.ops {
             signature.write_u8(op.kind as u8);

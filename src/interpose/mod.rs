@@ -8,14 +8,14 @@ mod lifecycle;
 
 use std::ffi::c_int;
 
+use crate::clock;
 use crate::keys::Entry;
-use crate::mpi;
 
 /// Runs `call` and records its duration on `entry`.
 #[inline]
 fn timed(entry: &Entry, call: impl FnOnce() -> c_int) -> c_int {
-    let start = mpi::now_ns();
+    let start = clock::now();
     let rc = call();
-    entry.record(mpi::now_ns().saturating_sub(start), "native");
+    entry.record(clock::now().saturating_sub(start), "native");
     rc
 }

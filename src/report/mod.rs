@@ -8,7 +8,7 @@ use commtune_report::{RankData, Report};
 use crate::config::{Config, ReportTarget};
 use crate::runtime::Process;
 use crate::site::Symbolizer;
-use crate::{keys, mpi};
+use crate::{clock, keys, mpi};
 
 /// Sites shown in the text summary.
 const SUMMARY_SITES: usize = 10;
@@ -17,7 +17,7 @@ fn rank_data(process: &Process) -> RankData {
     RankData {
         rank: process.rank,
         run_ns: mpi::now_ns().saturating_sub(process.start_ns),
-        keys: keys::all(),
+        keys: keys::all(clock::ns_per_tick()),
     }
 }
 

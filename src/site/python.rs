@@ -29,26 +29,33 @@ struct CPython {
     dec_ref: unsafe extern "C" fn(*mut PyObject),
 }
 
+/// The function `name` of the running process, as a pointer of type `F`.
+///
+/// # Safety
+/// `F` is the function pointer type matching the symbol's C signature.
+unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
+    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    // SAFETY: dlsym with a NUL-terminated name; a null result is handled.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    // SAFETY: the caller guarantees that F is the symbol's function pointer type.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
 fn cpython() -> Option<&'static CPython> {
     static API: OnceLock<Option<CPython>> = OnceLock::new();
     API.get_or_init(|| {
-        fn sym(name: &CStr) -> Option<*mut c_void> {
-            // SAFETY: dlsym with a NUL-terminated name; a null result is handled.
-            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-            (!p.is_null()).then_some(p)
-        }
-        // SAFETY: each symbol is the CPython function of that name with the declared signature
+        // SAFETY: each field's type is the signature of the CPython function of that name
         // (stable C API since Python 3.9).
         unsafe {
             Some(CPython {
-                gil_ensure: std::mem::transmute(sym(c"PyGILState_Ensure")?),
-                gil_release: std::mem::transmute(sym(c"PyGILState_Release")?),
-                current_frame: std::mem::transmute(sym(c"PyEval_GetFrame")?),
-                frame_line: std::mem::transmute(sym(c"PyFrame_GetLineNumber")?),
-                frame_code: std::mem::transmute(sym(c"PyFrame_GetCode")?),
-                get_attr: std::mem::transmute(sym(c"PyObject_GetAttrString")?),
-                as_utf8: std::mem::transmute(sym(c"PyUnicode_AsUTF8")?),
-                dec_ref: std::mem::transmute(sym(c"Py_DecRef")?),
+                gil_ensure: function(c"PyGILState_Ensure")?,
+                gil_release: function(c"PyGILState_Release")?,
+                current_frame: function(c"PyEval_GetFrame")?,
+                frame_line: function(c"PyFrame_GetLineNumber")?,
+                frame_code: function(c"PyFrame_GetCode")?,
+                get_attr: function(c"PyObject_GetAttrString")?,
+                as_utf8: function(c"PyUnicode_AsUTF8")?,
+                dec_ref: function(c"Py_DecRef")?,
             })
         }
     })

@@ -293,7 +293,7 @@ pub fn sites(report: &Value) -> &Vec<Value> {
 }
 
 /// The one site whose source line is `line`.
-pub fn site_at_line<'a>(report: &'a Value, line: u64) -> &'a Value {
+pub fn site_at_line(report: &Value, line: u64) -> &Value {
     let found: Vec<&Value> = sites(report)
         .iter()
         .filter(|s| s["line"].as_u64() == Some(line))

@@ -1,12 +1,13 @@
 //! Keys (call site × operation × signature) and what is measured for each.
 //!
-//! The hot path is one lookup in a thread-local map from the call's raw identity (return address,
+//! The hot path is one lookup in a lock-free table from the call's raw identity (return address,
 //! handles, counts) to the key's entry. A miss consults the process-wide registry, and the first
 //! time anywhere, describes the key for the report. Entries live until the process ends (the
 //! report reads them at MPI_Finalize), so they are leaked and handed out as `&'static`.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+mod table;
+
+use std::hash::{Hash, Hasher};
 use std::sync::{LazyLock, Mutex};
 
 use commtune_report::{KeyData, Op, SiteData};
@@ -15,14 +16,38 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::site::{self, Caller, SiteRef};
+use table::Table;
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
 /// and counts (process-local values; `Entry` holds their cross-rank description).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct CallKey {
     pub caller: usize,
     pub op: Op,
     pub words: [u64; 5],
+}
+
+impl PartialEq for CallKey {
+    /// Branch-free: the derived comparison becomes a memcmp call on the hot path.
+    fn eq(&self, other: &Self) -> bool {
+        let words = self
+            .words
+            .iter()
+            .zip(&other.words)
+            .fold(0, |acc, (a, b)| acc | (a ^ b));
+        words | (self.caller ^ other.caller) as u64 == 0 && self.op == other.op
+    }
+}
+
+impl Eq for CallKey {}
+
+impl Hash for CallKey {
+    /// Word by word: the derived hash feeds the array to the hasher as bytes, which is slower.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_usize(self.caller);
+        state.write_u8(self.op as u8);
+        self.words.iter().for_each(|w| state.write_u64(*w));
+    }
 }
 
 /// What the report says about a key, computed once when the key is first seen.
@@ -40,40 +65,48 @@ pub struct Entry {
     stats: Mutex<Stats>,
 }
 
+/// Durations in clock ticks (see `clock`).
 struct Stats {
     calls: u64,
-    total_ns: u64,
-    min_ns: u64,
-    max_ns: u64,
+    total: u64,
+    min: u64,
+    max: u64,
     histogram: Histogram<u32>,
     codelets: Vec<(&'static str, u64)>,
 }
 
-/// Durations from 1 ns to one hour at 2 significant digits (about 10 KiB per key).
+/// Durations up to hours of clock ticks at 2 significant digits (about 12 KiB per key).
 fn new_histogram() -> Histogram<u32> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("constant bounds are valid")
+    Histogram::new_with_bounds(1, 1 << 45, 2).expect("constant bounds are valid")
 }
 
 impl Entry {
-    /// Adds one call that took `ns` and ran `codelet`.
-    pub fn record(&self, ns: u64, codelet: &'static str) {
+    /// Adds one call that took `ticks` and ran `codelet`.
+    pub fn record(&self, ticks: u64, codelet: &'static str) {
         let Ok(mut s) = self.stats.lock() else { return };
         s.calls += 1;
-        s.total_ns += ns;
-        s.min_ns = s.min_ns.min(ns);
-        s.max_ns = s.max_ns.max(ns);
-        s.histogram.saturating_record(ns.max(1));
-        match s.codelets.iter_mut().find(|(name, _)| *name == codelet) {
+        s.total += ticks;
+        s.min = s.min.min(ticks);
+        s.max = s.max.max(ticks);
+        s.histogram.saturating_record(ticks.max(1));
+        // Codelet names are the registry's constants: comparing addresses is enough.
+        match s
+            .codelets
+            .iter_mut()
+            .find(|(name, _)| std::ptr::eq(*name, codelet))
+        {
             Some((_, n)) => *n += 1,
             None => s.codelets.push((codelet, 1)),
         }
     }
 
-    pub fn data(&self) -> KeyData {
+    /// The key's data for the report, with durations converted to nanoseconds.
+    pub fn data(&self, ns_per_tick: f64) -> KeyData {
         let s = self
             .stats
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ns = |ticks: u64| (ticks as f64 * ns_per_tick).round() as u64;
         KeyData {
             op: self.op,
             site: self.site.clone(),
@@ -81,13 +114,13 @@ impl Entry {
             signature: self.description.signature.clone(),
             calls: s.calls,
             bytes: s.calls * self.description.bytes_per_call,
-            total_ns: s.total_ns,
-            min_ns: if s.calls == 0 { 0 } else { s.min_ns },
-            max_ns: s.max_ns,
+            total_ns: ns(s.total),
+            min_ns: if s.calls == 0 { 0 } else { ns(s.min) },
+            max_ns: ns(s.max),
             histogram: s
                 .histogram
                 .iter_recorded()
-                .map(|v| (v.value_iterated_to(), v.count_at_value() as u64))
+                .map(|v| (ns(v.value_iterated_to()), v.count_at_value() as u64))
                 .collect(),
             codelets: s
                 .codelets
@@ -105,19 +138,20 @@ enum Slot {
     Binding,
 }
 
-thread_local! {
-    static CACHE: RefCell<HashMap<CallKey, Slot, FxBuildHasher>> = RefCell::default();
-}
+/// The hot-path cache. Sized for many more keys than real applications have; keys beyond it
+/// are still measured, through the registry.
+static CACHE: LazyLock<Table<CallKey, Slot>> = LazyLock::new(|| Table::new(1 << 13));
 
+/// Every entry, authoritative: the report and cache misses read it.
 static REGISTRY: LazyLock<DashMap<CallKey, &'static Entry, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 fn cached(key: &CallKey) -> Option<Slot> {
-    CACHE.with_borrow(|cache| cache.get(key).copied())
+    CACHE.get(key).copied()
 }
 
 fn remember(key: CallKey, slot: Slot) {
-    CACHE.with_borrow_mut(|cache| cache.insert(key, slot));
+    CACHE.insert(key, slot);
 }
 
 /// The entry of the call identified by `key` (whose `caller` is the immediate return address).
@@ -165,9 +199,9 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
             description: describe(key.caller),
             stats: Mutex::new(Stats {
                 calls: 0,
-                total_ns: 0,
-                min_ns: u64::MAX,
-                max_ns: 0,
+                total: 0,
+                min: u64::MAX,
+                max: 0,
                 histogram: new_histogram(),
                 codelets: Vec::new(),
             }),
@@ -176,10 +210,10 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
 }
 
 /// Every key seen by this process, for the report.
-pub fn all() -> Vec<KeyData> {
+pub fn all(ns_per_tick: f64) -> Vec<KeyData> {
     REGISTRY
         .iter()
-        .map(|e| e.value().data())
+        .map(|e| e.value().data(ns_per_tick))
         .filter(|k| k.calls > 0)
         .collect()
 }

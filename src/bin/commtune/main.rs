@@ -1,0 +1,256 @@
+//! `commtune`: start MPI jobs with libcommtune.so preloaded into every rank, and read the reports
+//! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
+
+mod flavour;
+mod inject;
+mod launcher;
+mod library;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::flavour::Flavour;
+use crate::launcher::Detection;
+
+#[derive(Parser)]
+#[command(
+    name = "commtune",
+    version,
+    about = "Profile and tune the MPI communication of unmodified applications",
+    long_about = "Profile and tune the MPI communication of unmodified applications.\n\n\
+        `commtune run` starts an MPI job with libcommtune.so preloaded into every rank (the \
+        build matching the application's MPI, Open MPI or MPICH); the library writes a JSON \
+        report at the end of the run, which `commtune report` summarises."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run an MPI job with libcommtune.so preloaded into every rank
+    #[command(long_about = RUN_ABOUT, after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Print the summary of a JSON report written by a run
+    Report(ReportArgs),
+}
+
+const RUN_ABOUT: &str = "Run an MPI job with libcommtune.so preloaded into every rank.
+
+Detection: the MPI comes from the launcher's name, followed through PATH and symlinks \
+(mpirun.openmpi/orterun: Open MPI; mpiexec.mpich/mpiexec.hydra: MPICH), else from \
+`mpirun --version`. The program (the first argument that is an ELF executable) is checked too: \
+its libmpi.so.* (Open MPI) or libmpich.so.* (MPICH) dependency wins over the launcher. For srun \
+and for a program run without a launcher only the program tells; scripts and interpreters \
+(python3) need --mpi.
+
+Library: $COMMTUNE_LIB_OPENMPI / $COMMTUNE_LIB_MPICH, else the build next to this executable \
+(target/release or target/mpich/release; <prefix>/lib/commtune/<mpi>/ when installed).
+
+Injection: LD_PRELOAD and every COMMTUNE_* variable (except the CLI's own COMMTUNE_LIB_*) are \
+passed to the ranks: `-x NAME=VALUE` for Open MPI, `-genv NAME VALUE` for MPICH's mpiexec, \
+`--export=ALL,NAME=VALUE,...` for srun, the environment for a program run directly. Then the \
+command runs in place of commtune; its exit status is the job's.";
+
+const RUN_EXAMPLES: &str = "Examples:
+  commtune run -- mpirun -np 4 ./app input.dat
+  commtune run --report none -- mpiexec.mpich -n 2 ./app
+  commtune run --mpi openmpi -- srun -n 64 python3 app.py
+  commtune run --dry-run -- mpirun -np 4 ./app      # print what would run";
+
+#[derive(Args)]
+struct RunArgs {
+    /// What the library does in the job (e.g. off, profile); sets COMMTUNE_MODE
+    #[arg(long, value_name = "MODE")]
+    mode: Option<String>,
+
+    /// Where the JSON report goes ("none": no report); sets COMMTUNE_REPORT
+    #[arg(long, value_name = "PATH")]
+    report: Option<String>,
+
+    /// The application's MPI, when detection cannot tell or gets it wrong
+    #[arg(long, value_enum, value_name = "MPI")]
+    mpi: Option<Flavour>,
+
+    /// Print the command and environment that would run, and run nothing
+    #[arg(long)]
+    dry_run: bool,
+
+    /// The launcher and its arguments (mpirun, mpiexec.mpich, srun), or the program itself
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A report written by a run (commtune-<id>.json by default)
+    #[arg(value_name = "FILE.json")]
+    file: PathBuf,
+
+    /// How many call sites to list, most time first
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    top: usize,
+}
+
+/// An error to print, with the exit status to return.
+struct Failure {
+    status: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(status: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Cmd::Run(args) => run(&args),
+        Cmd::Report(args) => report(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("commtune: {}", failure.message);
+            ExitCode::from(failure.status)
+        }
+    }
+}
+
+fn run(args: &RunArgs) -> Result<(), Failure> {
+    let detection = launcher::detect(&args.command, args.mpi).map_err(|m| Failure::new(2, m))?;
+    for warning in &detection.warnings {
+        eprintln!("commtune: warning: {warning}");
+    }
+    let library = find_library(detection.flavour).map_err(|m| Failure::new(2, m))?;
+
+    let environment = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)));
+    let existing_preload = std::env::var("LD_PRELOAD").ok();
+    let overrides = [
+        ("COMMTUNE_MODE", args.mode.as_deref()),
+        ("COMMTUNE_REPORT", args.report.as_deref()),
+    ];
+    let vars = inject::job_variables(
+        &library,
+        existing_preload.as_deref(),
+        environment,
+        &overrides,
+    );
+    let plan = inject::plan(detection.launcher, &args.command, &vars);
+
+    if args.dry_run {
+        print!("{}", describe(&detection, &library, &plan));
+        return Ok(());
+    }
+    let verbose = vars
+        .iter()
+        .any(|(n, v)| n == "COMMTUNE_VERBOSE" && v.trim() != "0" && !v.trim().is_empty());
+    if verbose {
+        eprint!("{}", describe(&detection, &library, &plan));
+    }
+    exec(&plan)
+}
+
+/// The library for `flavour`, looked up next to this executable unless named in the environment.
+fn find_library(flavour: Flavour) -> Result<PathBuf, String> {
+    let explicit = std::env::var_os(flavour.lib_variable())
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the commtune executable's own path: {e}"))?;
+    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
+    library::find(flavour, explicit, exe_dir)
+}
+
+/// What a run will do, as lines of a shell snippet: comments, then the command line.
+fn describe(detection: &Detection, library: &Path, plan: &inject::Plan) -> String {
+    let environment = if plan.env.is_empty() {
+        "unchanged".to_string()
+    } else {
+        let sets: Vec<String> = plan.env.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        inject::shell_line(&sets)
+    };
+    format!(
+        "# {} ({}); library {}\n# environment: {environment}\n{}\n",
+        detection.flavour,
+        detection.reason,
+        library.display(),
+        inject::shell_line(&plan.argv)
+    )
+}
+
+/// Replaces this process with the planned command; returns only if it cannot start.
+fn exec(plan: &inject::Plan) -> Result<(), Failure> {
+    let Some((program, args)) = plan.argv.split_first() else {
+        return Err(Failure::new(2, "no command given"));
+    };
+    let error = Command::new(program)
+        .args(args)
+        .envs(plan.env.iter().map(|(n, v)| (n, v)))
+        .exec();
+    let status = if error.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    Err(Failure::new(
+        status,
+        format!("cannot run {program}: {error}"),
+    ))
+}
+
+fn report(args: &ReportArgs) -> Result<(), Failure> {
+    let name = args.file.display();
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| Failure::new(1, format!("cannot read {name}: {e}")))?;
+    let report: commtune_report::Report = serde_json::from_str(&text)
+        .map_err(|e| Failure::new(1, format!("{name} is not a commtune report: {e}")))?;
+    print!("{}", commtune_report::summary(&report, args.top));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_options() {
+        let cli = Cli::try_parse_from([
+            "commtune", "run", "--mode", "off", "--", "mpirun", "-np", "2", "./prog",
+        ])
+        .expect("parses");
+        let Cmd::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.mode.as_deref(), Some("off"));
+        assert_eq!(args.command, ["mpirun", "-np", "2", "./prog"]);
+        // Without `--`, options after the launcher still belong to the launcher.
+        let cli =
+            Cli::try_parse_from(["commtune", "run", "mpirun", "--mode", "x"]).expect("parses");
+        let Cmd::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.mode, None);
+        assert_eq!(args.command, ["mpirun", "--mode", "x"]);
+    }
+}
