@@ -166,6 +166,22 @@ mod tests {
     }
 
     #[test]
+    fn every_knob_is_documented_with_its_default() {
+        let manual = include_str!("../LD_PRELOAD.md");
+        for knob in KNOBS {
+            let row = manual
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", knob.name)))
+                .unwrap_or_else(|| panic!("LD_PRELOAD.md has no row for {}", knob.name));
+            assert!(
+                row.contains(&format!("`{}`", knob.default)),
+                "{}: default",
+                knob.name
+            );
+        }
+    }
+
+    #[test]
     fn unknown_knob_is_named() {
         let (_, problems) = parse([("COMMTUNE_MODEE", "off"), ("COMMTUNE_LIB_MPICH", "/x")]);
         assert_eq!(problems.len(), 1);

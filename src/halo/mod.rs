@@ -95,7 +95,12 @@ pub fn posted(call: &PointToPoint, request: MPI_Request) {
             count: call.count,
             datatype: call.datatype,
             comm: call.comm.bits(),
-            bytes: call.bytes(),
+            // A message to or from MPI_PROC_NULL carries nothing.
+            bytes: if call.peer == mpi::proc_null() {
+                0
+            } else {
+                call.bytes()
+            },
         });
         t.open += 1;
     });

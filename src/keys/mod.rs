@@ -15,6 +15,7 @@ use dashmap::DashMap;
 use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
+use crate::runtime;
 use crate::site::{self, Caller, SiteRef};
 use table::Table;
 
@@ -193,10 +194,22 @@ fn application_entry(
 
 fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
     *REGISTRY.entry(key).or_insert_with(|| {
+        let site = site::describe(key.caller);
+        let description = describe(key.caller);
+        if runtime::config().verbose >= 2 {
+            eprintln!(
+                "commtune[{}]: new {} site {}+{:#x}: {}",
+                runtime::process().map_or(-1, |p| i64::from(p.rank)),
+                key.op.name(),
+                site.object,
+                site.address,
+                description.signature
+            );
+        }
         Box::leak(Box::new(Entry {
             op: key.op,
-            site: site::describe(key.caller),
-            description: describe(key.caller),
+            site,
+            description,
             stats: Mutex::new(Stats {
                 calls: 0,
                 total: 0,

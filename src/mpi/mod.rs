@@ -69,6 +69,11 @@ pub fn comm_world() -> MPI_Comm {
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
+pub fn proc_null() -> c_int {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_PROC_NULL }
+}
+
 pub fn is_in_place(buf: *const c_void) -> bool {
     buf == constants().in_place.cast_const()
 }
