@@ -20,6 +20,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(mpi_flavour, values(\"openmpi\", \"mpich\"))");
 
     let flavour = detect_flavour(&mpicc, &out);
+    check_target_dir(flavour, &out);
     println!("cargo:rustc-cfg=mpi_flavour=\"{flavour}\"");
     println!("cargo:rustc-env=COMMTUNE_BUILD_FLAVOUR={flavour}");
 
@@ -57,6 +58,29 @@ fn main() {
     );
     // The shim calls backtrace() (glibc) and dladdr (libdl, part of glibc 2.34+).
     println!("cargo:rustc-link-arg-cdylib=-ldl");
+}
+
+/// mpi-sys keeps the bindings of the first MPI a target directory was built for, so a second
+/// flavour in the same directory would compile against the wrong mpi.h: refuse it clearly.
+fn check_target_dir(flavour: &str, out: &Path) {
+    // OUT_DIR is <target>/<profile>/build/<crate>-<hash>/out
+    let Some(profile_dir) = out.ancestors().nth(3) else {
+        return;
+    };
+    let marker = profile_dir.join("commtune-mpi-flavour");
+    match std::fs::read_to_string(&marker) {
+        Ok(previous) if previous.trim() != flavour => panic!(
+            "\n\ncommtune: {} was built for {} but MPICC ({}) is {flavour}. mpi-sys does not \
+             rebuild its bindings when MPICC changes: build each MPI in its own target \
+             directory, e.g.\n  MPICC=mpicc.mpich cargo build --release --target-dir target/mpich\n\
+             (or `cargo clean` to switch this one).\n",
+            profile_dir.display(),
+            previous.trim(),
+            env::var("MPICC").unwrap_or_else(|_| "mpicc".into()),
+        ),
+        Ok(_) => {}
+        Err(_) => std::fs::write(&marker, flavour).expect("write the flavour marker"),
+    }
 }
 
 /// Asks the compiler wrapper which MPI its `mpi.h` belongs to.

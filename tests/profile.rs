@@ -116,3 +116,57 @@ fn fortran_mpif_h_mpich() {
 fn fortran_mpi_f08_mpich() {
     known_calls_fortran(Mpich, "known_calls_f08.f90");
 }
+
+/// A program that exits without MPI_Finalize still gets its report, from the at-exit fallback
+/// (rank 0's own data; here a singleton started without a launcher).
+fn report_without_finalize(flavour: Flavour) {
+    let dir = scratch(&format!("no_finalize_{}", flavour.name()));
+    let exe = compile(flavour, "no_finalize.c", &dir);
+    let report = dir.join("report.json");
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.env("LD_PRELOAD", flavour.library())
+        .env("COMMTUNE_REPORT", &report)
+        .current_dir(&dir);
+    let out = common::run_with_timeout(cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no_finalize: sum 1"));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(report["ranks_reporting"], 1);
+    let site = site_at_line(&report, marker_line("no_finalize.c", "SITE:allreduce"));
+    assert_eq!(site["calls"], 3);
+}
+
+#[test]
+fn report_without_finalize_openmpi() {
+    report_without_finalize(OpenMpi);
+}
+
+#[test]
+fn report_without_finalize_mpich() {
+    report_without_finalize(Mpich);
+}
+
+/// `commtune run` end to end: it picks the flavour's library and the ranks are profiled.
+#[test]
+fn commtune_run_profiles_both_mpis() {
+    for (flavour, launcher) in [(OpenMpi, "mpirun.openmpi"), (Mpich, "mpiexec.mpich")] {
+        let dir = scratch(&format!("cli_run_{}", flavour.name()));
+        let exe = compile(flavour, "known_calls.c", &dir);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commtune"));
+        cmd.args(["run", "--report", "cli.json", "--", launcher, "-np", "2"])
+            .arg(&exe)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("COMMTUNE_LIB_OPENMPI", OpenMpi.library())
+            .env("COMMTUNE_LIB_MPICH", Mpich.library())
+            .current_dir(&dir);
+        let out = common::run_with_timeout(cmd);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(dir.join("cli.json")).expect("report written");
+        let report: Value = serde_json::from_str(&text).unwrap();
+        check_report(&report, "known_calls.c", 2, KNOWN_CALLS_C);
+    }
+}

@@ -64,71 +64,90 @@ fn cpython() -> Option<&'static CPython> {
 
 /// Interned Python sites: index = SiteRef without the tag.
 static SITES: Mutex<Vec<PythonFrame>> = Mutex::new(Vec::new());
-static INDEX: LazyLock<DashMap<(String, u32), usize, FxBuildHasher>> =
+static BY_LOCATION: LazyLock<DashMap<(String, u32), SiteRef, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+/// (code object address, line) to site: code objects live as long as their module, so after the
+/// first call from a line no string is read or allocated.
+static BY_CODE: LazyLock<DashMap<(usize, u32), SiteRef, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
-/// The Python frame calling MPI on this thread, interned; None without a Python interpreter.
+/// The Python frame calling MPI on this thread; None without a Python interpreter.
 pub fn current_site() -> Option<SiteRef> {
     let api = cpython()?;
-    // SAFETY: the GIL is taken for the whole inspection; every new reference is released and
-    // borrowed ones are not used after the GIL is given back.
-    let frame = unsafe {
+    // SAFETY: the GIL is held for the whole inspection.
+    unsafe {
         let gil = (api.gil_ensure)();
-        let frame = read_frame(api);
+        let site = frame_site(api);
         (api.gil_release)(gil);
-        frame
-    }?;
-    let key = (frame.file.clone(), frame.line);
-    if let Some(index) = INDEX.get(&key) {
-        return Some(*index | PYTHON_TAG);
+        site
     }
-    let mut sites = SITES.lock().ok()?;
-    let index = *INDEX.entry(key).or_insert_with(|| {
-        sites.push(frame);
-        sites.len() - 1
-    });
-    Some(index | PYTHON_TAG)
 }
 
-/// Reads file, line and function of the innermost Python frame.
+/// The site of the innermost Python frame.
 ///
 /// # Safety
 /// The caller holds the GIL.
-unsafe fn read_frame(api: &CPython) -> Option<PythonFrame> {
-    // SAFETY: (for the block) the GIL is held; objects are used while their references live.
+unsafe fn frame_site(api: &CPython) -> Option<SiteRef> {
+    // SAFETY: (for the block) the GIL is held; the borrowed frame and the code object reference
+    // are used only while they live, and the reference is released.
     unsafe {
         let frame = (api.current_frame)();
         if frame.is_null() {
             return None;
         }
-        let line = (api.frame_line)(frame);
+        let line = u32::try_from((api.frame_line)(frame)).unwrap_or(0);
         let code = (api.frame_code)(frame);
         if code.is_null() {
             return None;
         }
-        let text = |attr: &CStr| {
-            let obj = (api.get_attr)(code, attr.as_ptr());
-            if obj.is_null() {
-                return String::from("?");
+        let key = (code as usize, line);
+        let site = match BY_CODE.get(&key) {
+            Some(site) => *site,
+            None => {
+                let site = intern(PythonFrame {
+                    file: text(api, code, c"co_filename"),
+                    line,
+                    function: text(api, code, c"co_name"),
+                });
+                BY_CODE.insert(key, site);
+                site
             }
-            let utf8 = (api.as_utf8)(obj);
-            let s = if utf8.is_null() {
-                String::from("?")
-            } else {
-                CStr::from_ptr(utf8).to_string_lossy().into_owned()
-            };
-            (api.dec_ref)(obj);
-            s
         };
-        let file = text(c"co_filename");
-        let function = text(c"co_name");
         (api.dec_ref)(code);
-        Some(PythonFrame {
-            file,
-            line: u32::try_from(line).unwrap_or(0),
-            function,
-        })
+        Some(site)
     }
+}
+
+/// A string attribute of a code object.
+///
+/// # Safety
+/// The caller holds the GIL and a reference to `code`.
+unsafe fn text(api: &CPython, code: *mut PyObject, attr: &CStr) -> String {
+    // SAFETY: (for the block) GIL held; the attribute's reference is released after copying.
+    unsafe {
+        let obj = (api.get_attr)(code, attr.as_ptr());
+        if obj.is_null() {
+            return String::from("?");
+        }
+        let utf8 = (api.as_utf8)(obj);
+        let s = if utf8.is_null() {
+            String::from("?")
+        } else {
+            CStr::from_ptr(utf8).to_string_lossy().into_owned()
+        };
+        (api.dec_ref)(obj);
+        s
+    }
+}
+
+fn intern(frame: PythonFrame) -> SiteRef {
+    *BY_LOCATION
+        .entry((frame.file.clone(), frame.line))
+        .or_insert_with(|| {
+            let mut sites = SITES.lock().unwrap_or_else(|p| p.into_inner());
+            sites.push(frame);
+            (sites.len() - 1) | PYTHON_TAG
+        })
 }
 
 /// The report description of a Python site; None for native sites.
