@@ -3,6 +3,10 @@
 
 use std::path::PathBuf;
 
+use commtune_report::Op;
+
+use crate::codelets;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     /// Every call is a plain pass-through to PMPI.
@@ -24,6 +28,8 @@ pub struct Config {
     pub mode: Mode,
     pub report: ReportTarget,
     pub verbose: u8,
+    /// Forced codelet per operation (index in the operation's registry), COMMTUNE_FORCE.
+    pub force: Vec<(Op, usize)>,
 }
 
 impl Default for Config {
@@ -32,7 +38,15 @@ impl Default for Config {
             mode: Mode::Profile,
             report: ReportTarget::Default,
             verbose: 0,
+            force: Vec::new(),
         }
+    }
+}
+
+impl Config {
+    /// The codelet COMMTUNE_FORCE names for `op`, as an index in its registry.
+    pub fn forced(&self, op: Op) -> Option<usize> {
+        self.force.iter().find(|(o, _)| *o == op).map(|(_, i)| *i)
     }
 }
 
@@ -53,6 +67,11 @@ pub const KNOBS: &[Knob] = &[
         name: "COMMTUNE_REPORT",
         default: "commtune-<jobid or pid>.json",
         accepted: "a file path, or none",
+    },
+    Knob {
+        name: "COMMTUNE_FORCE",
+        default: "(none)",
+        accepted: "op=codelet,... with op allreduce, alltoall or allgatherv (see `commtune codelets`)",
     },
     Knob {
         name: "COMMTUNE_VERBOSE",
@@ -90,6 +109,14 @@ where
                 &mut config.verbose,
                 value.parse::<u8>().ok().filter(|v| *v <= 2),
             ),
+            "COMMTUNE_FORCE" => {
+                let (force, bad) = parse_force(value);
+                config.force = force;
+                for item in &bad {
+                    problems.push(format!("commtune: COMMTUNE_FORCE: {item}; ignored"));
+                }
+                true
+            }
             _ => unreachable!("every knob in KNOBS is parsed above"),
         };
         if !valid {
@@ -120,6 +147,39 @@ fn parse_report(value: &str) -> Option<ReportTarget> {
         "none" => Some(ReportTarget::Disabled),
         path => Some(ReportTarget::Path(PathBuf::from(path))),
     }
+}
+
+/// `allreduce=ring,alltoall=bruck`: the valid assignments, and a message per invalid one.
+fn parse_force(value: &str) -> (Vec<(Op, usize)>, Vec<String>) {
+    let (mut force, mut bad) = (Vec::new(), Vec::new());
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((op_name, codelet)) = item.split_once('=') else {
+            bad.push(format!("`{item}` is not op=codelet"));
+            continue;
+        };
+        let (op_name, codelet) = (op_name.trim(), codelet.trim());
+        let Some(op) = [Op::Allreduce, Op::Alltoall, Op::Allgatherv]
+            .into_iter()
+            .find(|o| o.name() == op_name)
+        else {
+            bad.push(format!(
+                "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv)"
+            ));
+            continue;
+        };
+        let names = codelets::names(op);
+        match names.iter().position(|n| *n == codelet) {
+            Some(index) => {
+                force.retain(|(o, _)| *o != op);
+                force.push((op, index));
+            }
+            None => bad.push(format!(
+                "{op_name} has no codelet `{codelet}` (codelets: {})",
+                names.join(", ")
+            )),
+        }
+    }
+    (force, bad)
 }
 
 /// Variables the `commtune` CLI sets for its own use, not knobs of the library.
@@ -179,6 +239,26 @@ mod tests {
                 knob.name
             );
         }
+    }
+
+    #[test]
+    fn force_names_codelets_per_operation() {
+        let (c, problems) = parse([(
+            "COMMTUNE_FORCE",
+            "allreduce=ring, alltoall=native,allgatherv=nosuch,bcast=x,junk",
+        )]);
+        assert_eq!(
+            c.forced(Op::Allreduce),
+            codelets::names(Op::Allreduce)
+                .iter()
+                .position(|n| *n == "ring")
+        );
+        assert_eq!(c.forced(Op::Alltoall), Some(0));
+        assert_eq!(c.forced(Op::Allgatherv), None);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("allgatherv has no codelet `nosuch` (codelets: native"));
+        assert!(problems[1].contains("unknown operation `bcast`"));
+        assert!(problems[2].contains("`junk` is not op=codelet"));
     }
 
     #[test]

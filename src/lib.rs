@@ -7,6 +7,7 @@
 //! `report` gathers and writes at MPI_Finalize, `config` reads the knobs once at load time.
 
 mod clock;
+mod codelets;
 mod config;
 mod halo;
 mod interpose;

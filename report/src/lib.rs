@@ -76,6 +76,9 @@ pub struct KeyData {
     pub histogram: Vec<(u64, u64)>,
     /// Calls per codelet that ran them.
     pub codelets: BTreeMap<String, u64>,
+    /// Remarks, e.g. why a forced codelet did not run.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Everything one rank sends to rank 0 at MPI_Finalize.
@@ -130,6 +133,9 @@ pub struct SiteReport {
     /// The codelet that ran most of the calls.
     pub codelet: String,
     pub codelets: BTreeMap<String, u64>,
+    /// Remarks from any rank, e.g. why a forced codelet did not run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub ranks: RankSpread,
 }
 

@@ -53,7 +53,13 @@ fn merge_key(
     let location = locate(&first.site);
     let mut histogram: BTreeMap<u64, u64> = BTreeMap::new();
     let mut codelets: BTreeMap<String, u64> = BTreeMap::new();
+    let mut notes: Vec<String> = Vec::new();
     for key in keys {
+        for note in &key.notes {
+            if !notes.contains(note) {
+                notes.push(note.clone());
+            }
+        }
         for &(value, count) in &key.histogram {
             *histogram.entry(value).or_default() += count;
         }
@@ -105,6 +111,7 @@ fn merge_key(
         time,
         codelet,
         codelets,
+        notes,
         ranks: RankSpread {
             count: keys.len() as u32,
             calls,
@@ -160,6 +167,7 @@ mod tests {
             max_ns: hist.last().map_or(0, |h| h.0),
             histogram: hist,
             codelets: [("native".to_string(), calls)].into(),
+            notes: Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@ use std::hash::Hasher;
 use commtune_report::Op;
 use rustc_hash::FxHasher;
 
-use super::timed;
+use super::dispatch;
 use crate::keys::{self, CallKey, Description};
 use crate::mpi::{
     self, Allgatherv, Allreduce, Alltoall, Counts, HandleBits, MPI_Comm, MPI_Count, MPI_Datatype,
@@ -63,7 +63,7 @@ pub extern "C" fn commtune_allreduce(
             bytes_per_call: call.bytes(),
         }
     });
-    timed(entry, || call.native())
+    dispatch(&call, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -123,7 +123,7 @@ pub extern "C" fn commtune_alltoall(
             bytes_per_call: call.bytes(i64::from(size)),
         }
     });
-    timed(entry, || call.native())
+    dispatch(&call, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -193,7 +193,7 @@ pub extern "C" fn commtune_allgatherv(
             bytes_per_call: call.bytes(size),
         }
     });
-    timed(entry, || call.native())
+    dispatch(&call, entry)
 }
 
 /// Counts in full for small communicators, else their sum and range.

@@ -74,6 +74,7 @@ struct Stats {
     max: u64,
     histogram: Histogram<u32>,
     codelets: Vec<(&'static str, u64)>,
+    notes: Vec<String>,
 }
 
 /// Durations up to hours of clock ticks at 2 significant digits (about 12 KiB per key).
@@ -98,6 +99,14 @@ impl Entry {
         {
             Some((_, n)) => *n += 1,
             None => s.codelets.push((codelet, 1)),
+        }
+    }
+
+    /// Adds a remark for the report (once per distinct text).
+    pub fn note(&self, text: String) {
+        let Ok(mut s) = self.stats.lock() else { return };
+        if !s.notes.contains(&text) {
+            s.notes.push(text);
         }
     }
 
@@ -128,6 +137,7 @@ impl Entry {
                 .iter()
                 .map(|(name, n)| (name.to_string(), *n))
                 .collect(),
+            notes: s.notes.clone(),
         }
     }
 }
@@ -217,6 +227,7 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
                 max: 0,
                 histogram: new_histogram(),
                 codelets: Vec::new(),
+                notes: Vec::new(),
             }),
         }))
     })

@@ -5,14 +5,19 @@
 //! call whose arguments are either our own values or the application's, passed through unchanged.
 
 mod calls;
+mod comm;
+pub mod datatype;
 mod flavour;
+mod private;
 pub mod requests;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPointKind};
+pub use comm::Comm;
 pub use flavour::{Flavour, check_loaded_mpi};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
+pub use private::private_comm;
 
 use mpi_sys as ffi;
 
@@ -69,6 +74,26 @@ pub fn comm_world() -> MPI_Comm {
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
+pub fn request_null() -> MPI_Request {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+pub fn status_ignore() -> *mut MPI_Status {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_STATUS_IGNORE }
+}
+
+pub fn statuses_ignore() -> *mut MPI_Status {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_STATUSES_IGNORE }
+}
+
+pub fn comm_self() -> MPI_Comm {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_COMM_SELF }
+}
+
 pub fn proc_null() -> c_int {
     // SAFETY: reading a constant exported by mpi-sys.
     unsafe { ffi::RSMPI_PROC_NULL }
@@ -121,6 +146,19 @@ pub fn comm_size(comm: MPI_Comm) -> c_int {
     // SAFETY: writes one int.
     unsafe { ffi::PMPI_Comm_size(comm, &mut size) };
     size
+}
+
+pub fn is_intercomm(comm: MPI_Comm) -> bool {
+    let mut flag = 0;
+    // SAFETY: writes one int.
+    unsafe { ffi::PMPI_Comm_test_inter(comm, &mut flag) };
+    flag != 0
+}
+
+/// Invokes the error handler of the application's communicator, as the MPI call would have.
+pub fn call_errhandler(comm: MPI_Comm, code: c_int) {
+    // SAFETY: reports an error code on the application's communicator.
+    unsafe { ffi::PMPI_Comm_call_errhandler(comm, code) };
 }
 
 /// Size in bytes of one element of `datatype` (its data, not its extent).

@@ -1,0 +1,173 @@
+//! Codelets: the implementations an operation can run. `native` is the MPI library's own
+//! collective; every other codelet is built from PMPI calls on the private duplicate of the
+//! application's communicator (src/mpi `Comm`). One file per algorithm, grouped by operation;
+//! each declares its attributes and the requirements a call must meet, next to its code.
+
+pub mod allgatherv;
+pub mod allreduce;
+pub mod alltoall;
+mod schedule;
+
+use std::ffi::c_int;
+
+use commtune_report::Op;
+
+use crate::mpi::datatype::MpiResult;
+use crate::mpi::{Comm, MPI_Comm};
+
+/// How many partners a rank exchanges data with at a time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Partners {
+    /// Everyone at once (or a root with everyone).
+    All,
+    /// One partner per step.
+    Pair,
+    /// A tree: a few partners over logarithmically many steps.
+    Tree,
+}
+
+impl Partners {
+    pub fn name(self) -> &'static str {
+        match self {
+            Partners::All => "all",
+            Partners::Pair => "pair",
+            Partners::Tree => "tree",
+        }
+    }
+}
+
+/// What a codelet is like, for attribute-based search and for `commtune codelets`.
+#[derive(Clone, Copy, Debug)]
+pub struct Attributes {
+    pub partners: Partners,
+    /// Built on MPI collectives (native, MPI_Reduce + MPI_Bcast, ...) rather than point-to-point.
+    pub uses_collectives: bool,
+}
+
+/// A condition a call must meet for a codelet to be correct.
+///
+/// Every requirement is decided by facts the MPI standard requires to be the same on every rank
+/// of the communicator (operation, counts of reductions, communicator size, MPI_IN_PLACE), so all
+/// ranks reach the same verdict and a codelet never runs on some ranks and native on others
+/// (DESIGN invariant 2). Datatype layouts may differ between ranks, so no requirement looks at
+/// them: every codelet handles derived datatypes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Requirement {
+    Intracommunicator,
+    /// The reduction operation is commutative (codelets that reorder operands).
+    Commutative,
+    PowerOfTwoSize,
+    EvenSize,
+    /// The vector can be cut into one segment per rank (count >= communicator size).
+    CountAtLeastSize,
+}
+
+impl Requirement {
+    pub fn holds(self, facts: &Facts) -> bool {
+        match self {
+            Requirement::Intracommunicator => !facts.intercomm,
+            Requirement::Commutative => facts.commutative,
+            Requirement::PowerOfTwoSize => facts.size > 0 && (facts.size & (facts.size - 1)) == 0,
+            Requirement::EvenSize => facts.size % 2 == 0,
+            Requirement::CountAtLeastSize => facts.count >= i64::from(facts.size),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Requirement::Intracommunicator => "an intra-communicator",
+            Requirement::Commutative => "a commutative operation",
+            Requirement::PowerOfTwoSize => "a power-of-two communicator size",
+            Requirement::EvenSize => "an even communicator size",
+            Requirement::CountAtLeastSize => "count >= communicator size",
+        }
+    }
+}
+
+/// The facts of one call that requirements are checked against (the same on every rank).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts {
+    pub size: i32,
+    pub intercomm: bool,
+    pub commutative: bool,
+    /// Elements of a reduction (0 for operations without a common count).
+    pub count: i64,
+    /// A large-count (`_c`) call whose counts do not fit the int-count PMPI calls codelets use.
+    pub counts_overflow_int: bool,
+}
+
+/// One implementation of an operation `C` (a call record of src/mpi).
+pub struct Codelet<C: 'static> {
+    pub name: &'static str,
+    pub attributes: Attributes,
+    pub requires: &'static [Requirement],
+    /// None for `native`; the algorithm otherwise.
+    pub run: Option<fn(&C, &Comm) -> MpiResult>,
+}
+
+/// Why a codelet cannot run a call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Unmet {
+    Requirement(Requirement),
+    /// Counts beyond the int range of the point-to-point calls codelets use.
+    LargeCounts,
+}
+
+impl Unmet {
+    pub fn describe(self) -> String {
+        match self {
+            Unmet::Requirement(r) => format!("needs {}", r.describe()),
+            Unmet::LargeCounts => "needs counts that fit in an int".to_string(),
+        }
+    }
+}
+
+impl<C> Codelet<C> {
+    /// The first requirement `facts` do not meet.
+    pub fn unmet(&self, facts: &Facts) -> Option<Unmet> {
+        if self.run.is_some() && facts.counts_overflow_int {
+            return Some(Unmet::LargeCounts);
+        }
+        self.requires
+            .iter()
+            .find(|r| !r.holds(facts))
+            .map(|r| Unmet::Requirement(*r))
+    }
+}
+
+/// An intercepted collective and its codelets.
+pub trait Operation: Sized + 'static {
+    const OP: Op;
+    /// Its codelets; index 0 is `native`.
+    fn codelets() -> &'static [Codelet<Self>];
+    /// The application's communicator.
+    fn comm(&self) -> MPI_Comm;
+    fn facts(&self) -> Facts;
+    fn native(&self) -> c_int;
+}
+
+/// The codelet names of an operation, in registry order.
+pub fn names(op: Op) -> Vec<&'static str> {
+    fn of<C: Operation>() -> Vec<&'static str> {
+        C::codelets().iter().map(|c| c.name).collect()
+    }
+    match op {
+        Op::Allreduce => of::<crate::mpi::Allreduce>(),
+        Op::Alltoall => of::<crate::mpi::Alltoall>(),
+        Op::Allgatherv => of::<crate::mpi::Allgatherv>(),
+        Op::Halo => vec!["native"],
+    }
+}
+
+/// The shared shape of every operation's `native` entry.
+const fn native<C>() -> Codelet<C> {
+    Codelet {
+        name: "native",
+        attributes: Attributes {
+            partners: Partners::Tree,
+            uses_collectives: true,
+        },
+        requires: &[],
+        run: None,
+    }
+}

@@ -1,0 +1,163 @@
+//! Communication on a private communicator: what codelets are built from.
+//!
+//! Every codelet message uses its operation's tag on the private duplicate of the application's
+//! communicator (DESIGN invariant 3), so no application receive can match it.
+
+use std::ffi::{c_int, c_void};
+
+use mpi_sys as ffi;
+
+use super::datatype::{Buf, MpiResult, check};
+use super::{MPI_Comm, MPI_Op, MPI_Request, constants, status_ignore, statuses_ignore};
+
+/// A private communicator with this process's rank and the size.
+#[derive(Clone, Copy, Debug)]
+pub struct Comm {
+    pub raw: MPI_Comm,
+    pub rank: i32,
+    pub size: i32,
+}
+
+// SAFETY: an MPI communicator handle may be used from any thread (MPI_THREAD_MULTIPLE), and
+// the two ints are plain data.
+unsafe impl Send for Comm {}
+// SAFETY: as above.
+unsafe impl Sync for Comm {}
+
+impl Comm {
+    pub fn send(&self, buf: &Buf, to: i32, tag: i32) -> MpiResult {
+        // SAFETY: `buf` is the application's buffer or a scratch buffer of `count` elements.
+        check(unsafe { ffi::PMPI_Send(buf.ptr, buf.int_count()?, buf.datatype, to, tag, self.raw) })
+    }
+
+    pub fn recv(&self, buf: &Buf, from: i32, tag: i32) -> MpiResult {
+        // SAFETY: as in `send`; the status is ignored.
+        check(unsafe {
+            ffi::PMPI_Recv(
+                buf.ptr,
+                buf.int_count()?,
+                buf.datatype,
+                from,
+                tag,
+                self.raw,
+                status_ignore(),
+            )
+        })
+    }
+
+    pub fn sendrecv(&self, send: &Buf, to: i32, recv: &Buf, from: i32, tag: i32) -> MpiResult {
+        // SAFETY: as in `send` and `recv`.
+        check(unsafe {
+            ffi::PMPI_Sendrecv(
+                send.ptr,
+                send.int_count()?,
+                send.datatype,
+                to,
+                tag,
+                recv.ptr,
+                recv.int_count()?,
+                recv.datatype,
+                from,
+                tag,
+                self.raw,
+                status_ignore(),
+            )
+        })
+    }
+
+    pub fn isend(&self, buf: &Buf, to: i32, tag: i32) -> MpiResult<MPI_Request> {
+        let mut request = super::request_null();
+        // SAFETY: as in `send`; the buffer stays valid until the request completes (callers wait
+        // before returning).
+        check(unsafe {
+            ffi::PMPI_Isend(
+                buf.ptr,
+                buf.int_count()?,
+                buf.datatype,
+                to,
+                tag,
+                self.raw,
+                &mut request,
+            )
+        })?;
+        Ok(request)
+    }
+
+    pub fn irecv(&self, buf: &Buf, from: i32, tag: i32) -> MpiResult<MPI_Request> {
+        let mut request = super::request_null();
+        // SAFETY: as in `isend`.
+        check(unsafe {
+            ffi::PMPI_Irecv(
+                buf.ptr,
+                buf.int_count()?,
+                buf.datatype,
+                from,
+                tag,
+                self.raw,
+                &mut request,
+            )
+        })?;
+        Ok(request)
+    }
+
+    pub fn waitall(&self, requests: &mut [MPI_Request]) -> MpiResult {
+        let n = c_int::try_from(requests.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        // SAFETY: `requests` holds `n` handles this module created.
+        check(unsafe { ffi::PMPI_Waitall(n, requests.as_mut_ptr(), statuses_ignore()) })
+    }
+
+    /// MPI_Reduce on the private communicator; `send` None means MPI_IN_PLACE (root only).
+    pub fn reduce(&self, send: Option<&Buf>, recv: &Buf, op: MPI_Op, root: i32) -> MpiResult {
+        let sendbuf: *const c_void = match send {
+            Some(b) => b.ptr,
+            None => constants().in_place,
+        };
+        // SAFETY: application or scratch buffers of `count` elements.
+        check(unsafe {
+            ffi::PMPI_Reduce(
+                sendbuf,
+                recv.ptr,
+                recv.int_count()?,
+                recv.datatype,
+                op,
+                root,
+                self.raw,
+            )
+        })
+    }
+
+    pub fn bcast(&self, buf: &Buf, root: i32) -> MpiResult {
+        // SAFETY: application or scratch buffer of `count` elements.
+        check(unsafe { ffi::PMPI_Bcast(buf.ptr, buf.int_count()?, buf.datatype, root, self.raw) })
+    }
+
+    /// MPI_Gatherv into `recv` (blocks of `recv.datatype` at element displacements); `send`
+    /// None means MPI_IN_PLACE (root only).
+    pub fn gatherv(
+        &self,
+        send: Option<&Buf>,
+        recv: &Buf,
+        counts: &[c_int],
+        displacements: &[c_int],
+        root: i32,
+    ) -> MpiResult {
+        let (sendbuf, sendcount, sendtype): (*const c_void, c_int, _) = match send {
+            Some(b) => (b.ptr, b.int_count()?, b.datatype),
+            None => (constants().in_place, 0, recv.datatype),
+        };
+        // SAFETY: the arrays have one entry per rank; buffers as in `send`.
+        check(unsafe {
+            ffi::PMPI_Gatherv(
+                sendbuf,
+                sendcount,
+                sendtype,
+                recv.ptr,
+                counts.as_ptr(),
+                displacements.as_ptr(),
+                recv.datatype,
+                root,
+                self.raw,
+            )
+        })
+    }
+}

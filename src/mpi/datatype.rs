@@ -1,0 +1,262 @@
+//! Buffers as MPI sees them (address, count, datatype) and the local operations codelets need on
+//! them: layout queries, scratch buffers, local copies between datatypes, local reductions.
+//!
+//! A buffer is only ever handed to MPI: this module never reads or writes application memory
+//! itself, so derived datatypes with gaps, negative lower bounds and MPI_BOTTOM work unchanged.
+
+use std::ffi::{c_int, c_void};
+
+use mpi_sys as ffi;
+
+use super::{MPI_Count, MPI_Datatype, MPI_Op, SUCCESS, constants};
+
+/// An MPI return code other than MPI_SUCCESS.
+pub type MpiResult<T = ()> = Result<T, c_int>;
+
+pub fn check(rc: c_int) -> MpiResult {
+    if rc == SUCCESS { Ok(()) } else { Err(rc) }
+}
+
+/// Extent and bounds of a datatype, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub size: i64,
+    pub extent: i64,
+    pub true_lb: i64,
+    pub true_extent: i64,
+}
+
+impl Layout {
+    pub fn of(datatype: MPI_Datatype) -> MpiResult<Layout> {
+        let (mut lb, mut extent, mut true_lb, mut true_extent, mut size): (
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+        ) = (0, 0, 0, 0, 0);
+        // SAFETY: each call writes the out-parameters it is given.
+        unsafe {
+            check(ffi::PMPI_Type_get_extent_x(datatype, &mut lb, &mut extent))?;
+            check(ffi::PMPI_Type_get_true_extent_x(
+                datatype,
+                &mut true_lb,
+                &mut true_extent,
+            ))?;
+            check(ffi::PMPI_Type_size_x(datatype, &mut size))?;
+        }
+        Ok(Layout {
+            size,
+            extent,
+            true_lb,
+            true_extent,
+        })
+    }
+
+    /// Bytes a scratch buffer needs to hold `count` elements.
+    pub fn span(&self, count: i64) -> i64 {
+        if count <= 0 {
+            0
+        } else {
+            self.true_extent + (count - 1) * self.extent
+        }
+    }
+
+    /// Whether `count` elements are one gap-free run of bytes starting at the buffer address.
+    pub fn is_contiguous(&self) -> bool {
+        self.size == self.extent && self.true_lb == 0 && self.true_extent == self.size
+    }
+}
+
+/// `count` elements of `datatype` at `ptr`, as passed to MPI.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    pub ptr: *mut c_void,
+    pub count: i64,
+    pub datatype: MPI_Datatype,
+    /// The datatype's extent: element `i` starts `i * extent` bytes after `ptr`.
+    pub extent: i64,
+}
+
+impl Buf {
+    pub fn new(ptr: *mut c_void, count: i64, datatype: MPI_Datatype) -> MpiResult<Buf> {
+        Ok(Buf {
+            ptr,
+            count,
+            datatype,
+            extent: Layout::of(datatype)?.extent,
+        })
+    }
+
+    /// `count` elements starting at element `first`.
+    pub fn slice(&self, first: i64, count: i64) -> Buf {
+        Buf {
+            ptr: self
+                .ptr
+                .cast::<u8>()
+                .wrapping_offset((first * self.extent) as isize)
+                .cast(),
+            count,
+            ..*self
+        }
+    }
+
+    /// The same memory seen as `count` elements of `datatype` (another type signature view).
+    pub fn with_count(&self, count: i64) -> Buf {
+        Buf { count, ..*self }
+    }
+
+    pub(super) fn int_count(&self) -> MpiResult<c_int> {
+        c_int::try_from(self.count).map_err(|_| ffi::MPI_ERR_COUNT as c_int)
+    }
+}
+
+/// A buffer of our own for `count` elements of a datatype (laid out as MPI would).
+pub struct Scratch {
+    storage: Vec<u8>,
+    true_lb: i64,
+    count: i64,
+    datatype: MPI_Datatype,
+    extent: i64,
+}
+
+impl Scratch {
+    pub fn new(count: i64, datatype: MPI_Datatype) -> MpiResult<Scratch> {
+        let layout = Layout::of(datatype)?;
+        let bytes = usize::try_from(layout.span(count)).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        Ok(Scratch {
+            storage: vec![0u8; bytes],
+            true_lb: layout.true_lb,
+            count,
+            datatype,
+            extent: layout.extent,
+        })
+    }
+
+    /// The buffer as MPI addresses it: the datatype's lower bound may be before the storage.
+    pub fn buf(&mut self) -> Buf {
+        Buf {
+            ptr: self
+                .storage
+                .as_mut_ptr()
+                .wrapping_offset(-(self.true_lb as isize))
+                .cast(),
+            count: self.count,
+            datatype: self.datatype,
+            extent: self.extent,
+        }
+    }
+}
+
+/// Bytes MPI_Pack needs for `count` elements of `datatype`.
+pub fn pack_size(count: i64, datatype: MPI_Datatype) -> MpiResult<usize> {
+    let count = c_int::try_from(count).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+    let mut bytes = 0;
+    // SAFETY: writes one int.
+    check(unsafe { ffi::PMPI_Pack_size(count, datatype, super::comm_self(), &mut bytes) })?;
+    Ok(bytes.max(0) as usize)
+}
+
+/// Packs `src` into `out` (MPI_PACKED data), returning the bytes written.
+pub fn pack(src: &Buf, out: &mut [u8]) -> MpiResult<usize> {
+    let size = c_int::try_from(out.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+    let mut position = 0;
+    // SAFETY: `out` has `size` bytes; `src` is the application's buffer or a scratch buffer.
+    check(unsafe {
+        ffi::PMPI_Pack(
+            src.ptr,
+            src.int_count()?,
+            src.datatype,
+            out.as_mut_ptr().cast(),
+            size,
+            &mut position,
+            super::comm_self(),
+        )
+    })?;
+    Ok(position as usize)
+}
+
+/// Unpacks MPI_PACKED data from `input` into `dst`.
+pub fn unpack(input: &[u8], dst: &Buf) -> MpiResult {
+    let size = c_int::try_from(input.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+    let mut position = 0;
+    // SAFETY: `input` has `size` bytes; MPI writes `dst.count` elements into `dst`.
+    check(unsafe {
+        ffi::PMPI_Unpack(
+            input.as_ptr().cast(),
+            size,
+            &mut position,
+            dst.ptr,
+            dst.int_count()?,
+            dst.datatype,
+            super::comm_self(),
+        )
+    })
+}
+
+/// Copies `src` into `dst`, whose type signatures must match (pack then unpack: any pair of
+/// datatypes works and no message is involved).
+pub fn copy(src: &Buf, dst: &Buf) -> MpiResult {
+    let mut packed = vec![0u8; pack_size(src.count, src.datatype)?];
+    let n = pack(src, &mut packed)?;
+    unpack(&packed[..n], dst)
+}
+
+/// A buffer of packed bytes as MPI sees it (MPI_PACKED elements).
+pub fn packed_buf(bytes: &mut [u8]) -> Buf {
+    Buf {
+        ptr: bytes.as_mut_ptr().cast(),
+        count: bytes.len() as i64,
+        datatype: constants().packed,
+        extent: 1,
+    }
+}
+
+/// `inout = input op inout`, element-wise (MPI_Reduce_local: the order matters for
+/// non-commutative operations).
+pub fn reduce_local(input: &Buf, inout: &Buf, op: MPI_Op) -> MpiResult {
+    // SAFETY: both buffers hold `count` elements of the datatype (scratch or application).
+    check(unsafe {
+        ffi::PMPI_Reduce_local(input.ptr, inout.ptr, inout.int_count()?, inout.datatype, op)
+    })
+}
+
+pub fn is_commutative(op: MPI_Op) -> bool {
+    let mut commute = 0;
+    // SAFETY: writes one int.
+    let rc = unsafe { ffi::PMPI_Op_commutative(op, &mut commute) };
+    rc == SUCCESS && commute != 0
+}
+
+/// A committed datatype made of blocks of `base` at element displacements, freed on drop.
+pub struct Indexed(MPI_Datatype);
+
+impl Indexed {
+    pub fn new(counts: &[c_int], displacements: &[c_int], base: MPI_Datatype) -> MpiResult<Self> {
+        let n = c_int::try_from(counts.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let mut datatype = base;
+        // SAFETY: both arrays have `n` entries; writes one handle, then commits it.
+        unsafe {
+            check(ffi::PMPI_Type_indexed(
+                n,
+                counts.as_ptr(),
+                displacements.as_ptr(),
+                base,
+                &mut datatype,
+            ))?;
+            check(ffi::PMPI_Type_commit(&mut datatype))?;
+        }
+        Ok(Indexed(datatype))
+    }
+
+    pub fn datatype(&self) -> MPI_Datatype {
+        self.0
+    }
+}
+
+impl Drop for Indexed {
+    fn drop(&mut self) {
+        // SAFETY: frees the type this value created.
+        unsafe { ffi::PMPI_Type_free(&mut self.0) };
+    }
+}
