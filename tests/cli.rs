@@ -302,3 +302,38 @@ fn help_explains_detection_and_injection() {
         assert!(stdout.contains(word), "{word} missing from:\n{stdout}");
     }
 }
+
+#[test]
+fn codelets_lists_every_operation_from_the_library() {
+    let (out, stdout, stderr) = run(&mut commtune(&["codelets", "--json"]));
+    assert!(out.status.success(), "{stderr}");
+    let catalogue: serde_json::Value = serde_json::from_str(&stdout).expect("JSON catalogue");
+    let ops: Vec<&str> = catalogue["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["allreduce", "alltoall", "allgatherv"]);
+    let allreduce: Vec<&str> = catalogue["operations"][0]["codelets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        allreduce,
+        [
+            "native",
+            "linear",
+            "nonoverlapping",
+            "recursive_doubling",
+            "ring",
+            "rabenseifner",
+            "binomial"
+        ]
+    );
+    let (out, table, _) = run(&mut commtune(&["codelets"]));
+    assert!(out.status.success());
+    assert!(table.contains("ring                 pair      no           an intra-communicator, a commutative operation"), "{table}");
+}

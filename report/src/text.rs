@@ -44,6 +44,11 @@ pub fn summary(report: &Report, top: usize) -> String {
             site.location
         );
     }
+    for site in report.sites.iter().take(top) {
+        for note in &site.notes {
+            let _ = writeln!(out, "  note: {}: {note}", site.location);
+        }
+    }
     if report.sites.len() > top {
         let _ = writeln!(
             out,

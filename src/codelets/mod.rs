@@ -6,6 +6,7 @@
 pub mod allgatherv;
 pub mod allreduce;
 pub mod alltoall;
+mod catalogue;
 mod schedule;
 
 use std::ffi::c_int;

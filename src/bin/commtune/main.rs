@@ -1,6 +1,7 @@
 //! `commtune`: start MPI jobs with libcommtune.so preloaded into every rank, and read the reports
 //! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
 
+mod catalogue;
 mod flavour;
 mod inject;
 mod launcher;
@@ -37,6 +38,15 @@ enum Cmd {
     Run(RunArgs),
     /// Print the summary of a JSON report written by a run
     Report(ReportArgs),
+    /// List the codelets of each operation with their attributes and requirements
+    Codelets(CodeletsArgs),
+}
+
+#[derive(Args)]
+struct CodeletsArgs {
+    /// Print the catalogue as JSON
+    #[arg(long)]
+    json: bool,
 }
 
 const RUN_ABOUT: &str = "Run an MPI job with libcommtune.so preloaded into every rank.
@@ -120,6 +130,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Run(args) => run(&args),
         Cmd::Report(args) => report(&args),
+        Cmd::Codelets(args) => codelets(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -211,6 +222,20 @@ fn exec(plan: &inject::Plan) -> Result<(), Failure> {
         status,
         format!("cannot run {program}: {error}"),
     ))
+}
+
+/// The catalogue is the same in both builds: ask whichever is there.
+fn codelets(args: &CodeletsArgs) -> Result<(), Failure> {
+    let library = find_library(Flavour::OpenMpi)
+        .or_else(|_| find_library(Flavour::Mpich))
+        .map_err(|m| Failure::new(2, m))?;
+    let catalogue = catalogue::load(&library).map_err(|m| Failure::new(2, m))?;
+    if args.json {
+        println!("{catalogue:#}");
+    } else {
+        print!("{}", catalogue::table(&catalogue));
+    }
+    Ok(())
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {

@@ -1,0 +1,38 @@
+//! The codelet catalogue as JSON, for `commtune codelets` (the CLI links no MPI, so it loads the
+//! library and asks it: the catalogue has one source, the registries).
+
+use std::ffi::{CString, c_char};
+use std::sync::LazyLock;
+
+use serde_json::{Value, json};
+
+use super::{Codelet, Operation};
+use crate::mpi::{Allgatherv, Allreduce, Alltoall};
+
+fn entries<C: Operation>() -> Value {
+    let codelets: Vec<Value> = C::codelets()
+        .iter()
+        .map(|c: &Codelet<C>| {
+            json!({
+                "name": c.name,
+                "partners": c.attributes.partners.name(),
+                "uses_collectives": c.attributes.uses_collectives,
+                "requires": c.requires.iter().map(|r| r.describe()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "op": C::OP.name(), "codelets": codelets })
+}
+
+static CATALOGUE: LazyLock<CString> = LazyLock::new(|| {
+    let all = json!({
+        "operations": [entries::<Allreduce>(), entries::<Alltoall>(), entries::<Allgatherv>()],
+    });
+    CString::new(all.to_string()).unwrap_or_default()
+});
+
+/// The catalogue as a NUL-terminated JSON string owned by the library.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_catalogue() -> *const c_char {
+    CATALOGUE.as_ptr()
+}
