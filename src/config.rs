@@ -2,17 +2,21 @@
 //! naming the knob and what it accepts, and the default is used; nothing here can fail.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use commtune_report::Op;
 
 use crate::codelets;
+use crate::tuner::{Filter, Search, Settings, Timing};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     /// Every call is a plain pass-through to PMPI.
     Off,
-    /// Calls run natively and are measured; the report says where time went.
+    /// Calls run natively (or as COMMTUNE_FORCE says) and are measured for the report.
     Profile,
+    /// Profile, and tune every repeating collective key.
+    Tune,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -23,6 +27,16 @@ pub enum ReportTarget {
     Disabled,
 }
 
+/// A test-only delay added inside a codelet so that tests know which codelet is fastest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Delay {
+    pub op: Op,
+    pub codelet: usize,
+    pub duration: Duration,
+    /// The delay applies from this instance of each key on (0: always).
+    pub after: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub mode: Mode,
@@ -30,15 +44,22 @@ pub struct Config {
     pub verbose: u8,
     /// Forced codelet per operation (index in the operation's registry), COMMTUNE_FORCE.
     pub force: Vec<(Op, usize)>,
+    /// Codelets the tuner never tries, COMMTUNE_EXCLUDE.
+    pub exclude: Vec<(Op, usize)>,
+    pub tuning: Settings,
+    pub delays: Vec<Delay>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            mode: Mode::Profile,
+            mode: Mode::Tune,
             report: ReportTarget::Default,
             verbose: 0,
             force: Vec::new(),
+            exclude: Vec::new(),
+            tuning: Settings::default(),
+            delays: Vec::new(),
         }
     }
 }
@@ -48,36 +69,62 @@ impl Config {
     pub fn forced(&self, op: Op) -> Option<usize> {
         self.force.iter().find(|(o, _)| *o == op).map(|(_, i)| *i)
     }
+
+    pub fn excluded(&self, op: Op, codelet: usize) -> bool {
+        self.exclude.contains(&(op, codelet))
+    }
+
+    /// The injected delay of `codelet` of `op` at instance `instance` of a key.
+    pub fn delay(&self, op: Op, codelet: usize, instance: u64) -> Option<Duration> {
+        self.delays
+            .iter()
+            .find(|d| d.op == op && d.codelet == codelet && instance >= d.after)
+            .map(|d| d.duration)
+    }
 }
 
-/// One knob as users see it (LD_PRELOAD.md documents the same table).
+/// One knob as users see it (LD_PRELOAD.md documents the same table; a unit test checks).
 pub struct Knob {
     pub name: &'static str,
     pub default: &'static str,
     pub accepted: &'static str,
 }
 
+const fn knob(name: &'static str, default: &'static str, accepted: &'static str) -> Knob {
+    Knob {
+        name,
+        default,
+        accepted,
+    }
+}
+
 pub const KNOBS: &[Knob] = &[
-    Knob {
-        name: "COMMTUNE_MODE",
-        default: "profile",
-        accepted: "off, profile",
-    },
-    Knob {
-        name: "COMMTUNE_REPORT",
-        default: "commtune-<jobid or pid>.json",
-        accepted: "a file path, or none",
-    },
-    Knob {
-        name: "COMMTUNE_FORCE",
-        default: "(none)",
-        accepted: "op=codelet,... with op allreduce, alltoall or allgatherv (see `commtune codelets`)",
-    },
-    Knob {
-        name: "COMMTUNE_VERBOSE",
-        default: "0",
-        accepted: "0, 1, 2",
-    },
+    knob("COMMTUNE_MODE", "tune", "off, profile, tune"),
+    knob("COMMTUNE_REPORT", "commtune-<jobid or pid>.json", "a file path, or none"),
+    knob("COMMTUNE_VERBOSE", "0", "0, 1, 2"),
+    knob(
+        "COMMTUNE_FORCE",
+        "(none)",
+        "op=codelet,... with op allreduce, alltoall or allgatherv (see `commtune codelets`)",
+    ),
+    knob("COMMTUNE_EXCLUDE", "(none)", "op=codelet,... (native cannot be excluded)"),
+    knob("COMMTUNE_SEARCH", "racing", "brute, attributes, racing"),
+    knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
+    knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
+    knob("COMMTUNE_SAMPLES", "8", "an integer from 1 to 1000"),
+    knob("COMMTUNE_WARMUP", "3", "an integer from 1 to 1000000"),
+    knob("COMMTUNE_BUDGET", "1", "a fraction in (0, 1]"),
+    knob("COMMTUNE_MIN_GAIN", "0.02", "a fraction in [0, 1)"),
+    knob("COMMTUNE_MINFACTOR_B", "3", "a number > 1"),
+    knob("COMMTUNE_MINFACTOR_OUTLIERS", "0.2", "a fraction in [0, 1]"),
+    knob("COMMTUNE_ROBUST_NU", "5", "a number > 0"),
+    knob("COMMTUNE_DRIFT_INTERVAL", "256", "an integer from 16 to 1000000000"),
+    knob("COMMTUNE_DRIFT_THRESHOLD", "0.5", "a number > 0"),
+    knob(
+        "COMMTUNE_INJECT_DELAY",
+        "(none)",
+        "op:codelet=duration[@instance],... e.g. allreduce:native=300us (test only)",
+    ),
 ];
 
 /// Parses the COMMTUNE_* variables among `vars`; returns the configuration and one message per
@@ -90,6 +137,8 @@ where
 {
     let mut config = Config::default();
     let mut problems = Vec::new();
+    let (mut minfactor_b, mut minfactor_outliers, mut nu) = (3.0, 0.2, 5.0);
+    let mut filter = "robust";
     for (name, value) in vars {
         let (name, value) = (name.as_ref(), value.as_ref().trim());
         if !name.starts_with("COMMTUNE_") || is_launcher_variable(name) {
@@ -102,19 +151,41 @@ where
             ));
             continue;
         };
+        let t = &mut config.tuning;
         let valid = match name {
             "COMMTUNE_MODE" => set(&mut config.mode, parse_mode(value)),
             "COMMTUNE_REPORT" => set(&mut config.report, parse_report(value)),
-            "COMMTUNE_VERBOSE" => set(
-                &mut config.verbose,
-                value.parse::<u8>().ok().filter(|v| *v <= 2),
-            ),
+            "COMMTUNE_VERBOSE" => set(&mut config.verbose, number(value, 0, 2)),
             "COMMTUNE_FORCE" => {
-                let (force, bad) = parse_force(value);
-                config.force = force;
-                for item in &bad {
-                    problems.push(format!("commtune: COMMTUNE_FORCE: {item}; ignored"));
-                }
+                config.force = codelet_list(name, value, &mut problems, true);
+                true
+            }
+            "COMMTUNE_EXCLUDE" => {
+                config.exclude = codelet_list(name, value, &mut problems, false);
+                true
+            }
+            "COMMTUNE_SEARCH" => set(&mut t.search, parse_search(value)),
+            "COMMTUNE_FILTER" => ["minfactor", "iqr", "robust"]
+                .into_iter()
+                .find(|f| *f == value)
+                .map(|f| filter = f)
+                .is_some(),
+            "COMMTUNE_TIMING" => set(&mut t.timing, parse_timing(value)),
+            "COMMTUNE_SAMPLES" => set(&mut t.samples, number(value, 1, 1000)),
+            "COMMTUNE_WARMUP" => set(&mut t.warmup, number(value, 1, 1_000_000)),
+            "COMMTUNE_BUDGET" => set(&mut t.budget, real(value, |v| v > 0.0 && v <= 1.0)),
+            "COMMTUNE_MIN_GAIN" => set(&mut t.min_gain, real(value, |v| (0.0..1.0).contains(&v))),
+            "COMMTUNE_MINFACTOR_B" => set(&mut minfactor_b, real(value, |v| v > 1.0)),
+            "COMMTUNE_MINFACTOR_OUTLIERS" => {
+                set(&mut minfactor_outliers, real(value, |v| (0.0..=1.0).contains(&v)))
+            }
+            "COMMTUNE_ROBUST_NU" => set(&mut nu, real(value, |v| v > 0.0)),
+            "COMMTUNE_DRIFT_INTERVAL" => {
+                set(&mut t.drift_interval, number(value, 16, 1_000_000_000))
+            }
+            "COMMTUNE_DRIFT_THRESHOLD" => set(&mut t.drift_threshold, real(value, |v| v > 0.0)),
+            "COMMTUNE_INJECT_DELAY" => {
+                config.delays = delays(value, &mut problems);
                 true
             }
             _ => unreachable!("every knob in KNOBS is parsed above"),
@@ -126,6 +197,14 @@ where
             ));
         }
     }
+    config.tuning.filter = match filter {
+        "minfactor" => Filter::MinFactor {
+            b: minfactor_b,
+            max_outliers: minfactor_outliers,
+        },
+        "iqr" => Filter::Iqr,
+        _ => Filter::Robust { nu },
+    };
     (config, problems)
 }
 
@@ -133,10 +212,19 @@ fn set<T>(slot: &mut T, value: Option<T>) -> bool {
     value.map(|v| *slot = v).is_some()
 }
 
+fn number<T: std::str::FromStr + PartialOrd>(value: &str, min: T, max: T) -> Option<T> {
+    value.parse::<T>().ok().filter(|v| *v >= min && *v <= max)
+}
+
+fn real(value: &str, valid: impl Fn(f64) -> bool) -> Option<f64> {
+    value.parse::<f64>().ok().filter(|v| v.is_finite() && valid(*v))
+}
+
 fn parse_mode(value: &str) -> Option<Mode> {
     match value {
         "off" => Some(Mode::Off),
         "profile" => Some(Mode::Profile),
+        "tune" => Some(Mode::Tune),
         _ => None,
     }
 }
@@ -149,37 +237,124 @@ fn parse_report(value: &str) -> Option<ReportTarget> {
     }
 }
 
-/// `allreduce=ring,alltoall=bruck`: the valid assignments, and a message per invalid one.
-fn parse_force(value: &str) -> (Vec<(Op, usize)>, Vec<String>) {
-    let (mut force, mut bad) = (Vec::new(), Vec::new());
+fn parse_search(value: &str) -> Option<Search> {
+    match value {
+        "brute" => Some(Search::Brute),
+        "attributes" => Some(Search::Attributes),
+        "racing" => Some(Search::Racing),
+        _ => None,
+    }
+}
+
+fn parse_timing(value: &str) -> Option<Timing> {
+    match value {
+        "local" => Some(Timing::Local),
+        "barrier" => Some(Timing::Barrier),
+        "period" => Some(Timing::Period),
+        _ => None,
+    }
+}
+
+const OPERATIONS: [Op; 3] = [Op::Allreduce, Op::Alltoall, Op::Allgatherv];
+
+/// `op` and the registry index of `codelet`, or a message saying what is wrong.
+fn codelet_of(op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
+    let Some(op) = OPERATIONS.into_iter().find(|o| o.name() == op_name) else {
+        return Err(format!(
+            "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv)"
+        ));
+    };
+    let names = codelets::names(op);
+    match names.iter().position(|n| *n == codelet) {
+        Some(index) => Ok((op, index)),
+        None => Err(format!(
+            "{op_name} has no codelet `{codelet}` (codelets: {})",
+            names.join(", ")
+        )),
+    }
+}
+
+/// `allreduce=ring,alltoall=bruck` (COMMTUNE_FORCE: one per operation, the last wins;
+/// COMMTUNE_EXCLUDE: any number, but not native). Invalid items are reported and skipped.
+fn codelet_list(
+    knob: &str,
+    value: &str,
+    problems: &mut Vec<String>,
+    one_per_op: bool,
+) -> Vec<(Op, usize)> {
+    let mut list: Vec<(Op, usize)> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let Some((op_name, codelet)) = item.split_once('=') else {
-            bad.push(format!("`{item}` is not op=codelet"));
-            continue;
+        let parsed = match item.split_once('=') {
+            None => Err(format!("`{item}` is not op=codelet")),
+            Some((op, codelet)) => codelet_of(op.trim(), codelet.trim()),
         };
-        let (op_name, codelet) = (op_name.trim(), codelet.trim());
-        let Some(op) = [Op::Allreduce, Op::Alltoall, Op::Allgatherv]
-            .into_iter()
-            .find(|o| o.name() == op_name)
-        else {
-            bad.push(format!(
-                "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv)"
-            ));
-            continue;
-        };
-        let names = codelets::names(op);
-        match names.iter().position(|n| *n == codelet) {
-            Some(index) => {
-                force.retain(|(o, _)| *o != op);
-                force.push((op, index));
+        match parsed {
+            Ok((_, 0)) if !one_per_op => {
+                problems.push(format!("commtune: {knob}: native cannot be excluded; ignored"))
             }
-            None => bad.push(format!(
-                "{op_name} has no codelet `{codelet}` (codelets: {})",
-                names.join(", ")
-            )),
+            Ok((op, index)) => {
+                if one_per_op {
+                    list.retain(|(o, _)| *o != op);
+                }
+                list.push((op, index));
+            }
+            Err(why) => problems.push(format!("commtune: {knob}: {why}; ignored")),
         }
     }
-    (force, bad)
+    list
+}
+
+/// `allreduce:native=300us,alltoall:bruck=1ms@200`.
+fn delays(value: &str, problems: &mut Vec<String>) -> Vec<Delay> {
+    let mut list = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let parsed = item
+            .split_once('=')
+            .and_then(|(what, when)| Some((what.split_once(':')?, when)))
+            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
+            .and_then(|((op, codelet), when)| {
+                let (op, codelet) = codelet_of(op.trim(), codelet.trim())?;
+                let (duration, after) = match when.split_once('@') {
+                    Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
+                    None => (when, 0),
+                };
+                let duration = parse_duration(duration.trim()).ok_or_else(|| bad_duration(item))?;
+                Ok(Delay {
+                    op,
+                    codelet,
+                    duration,
+                    after,
+                })
+            });
+        match parsed {
+            Ok(delay) => list.push(delay),
+            Err(why) => problems.push(format!("commtune: COMMTUNE_INJECT_DELAY: {why}; ignored")),
+        }
+    }
+    list
+}
+
+fn bad_after(item: &str) -> String {
+    format!("`{item}`: the instance after @ must be a whole number")
+}
+
+fn bad_duration(item: &str) -> String {
+    format!("`{item}`: the duration must be a number with ns, us, ms or s")
+}
+
+/// `300us`, `1.5ms`, `2s`, `500ns`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.trim().parse().ok().filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
+    let seconds = match unit {
+        "ns" => value * 1e-9,
+        "us" => value * 1e-6,
+        "ms" => value * 1e-3,
+        "s" => value,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
 }
 
 /// Variables the `commtune` CLI sets for its own use, not knobs of the library.
@@ -191,11 +366,16 @@ fn is_launcher_variable(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn index(op: Op, name: &str) -> usize {
+        codelets::names(op).iter().position(|n| *n == name).unwrap()
+    }
+
     #[test]
     fn defaults_without_variables() {
         let (c, problems) = parse(Vec::<(String, String)>::new());
-        assert_eq!(c.mode, Mode::Profile);
+        assert_eq!(c.mode, Mode::Tune);
         assert_eq!(c.report, ReportTarget::Default);
+        assert_eq!(c.tuning, Settings::default());
         assert!(problems.is_empty());
     }
 
@@ -205,24 +385,47 @@ mod tests {
             ("COMMTUNE_MODE", "off"),
             ("COMMTUNE_REPORT", "/tmp/r.json"),
             ("COMMTUNE_VERBOSE", "2"),
+            ("COMMTUNE_SEARCH", "brute"),
+            ("COMMTUNE_FILTER", "minfactor"),
+            ("COMMTUNE_MINFACTOR_B", "4"),
+            ("COMMTUNE_TIMING", "period"),
+            ("COMMTUNE_SAMPLES", "12"),
+            ("COMMTUNE_BUDGET", "0.3"),
             ("PATH", "/bin"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(c.mode, Mode::Off);
         assert_eq!(c.report, ReportTarget::Path("/tmp/r.json".into()));
         assert_eq!(c.verbose, 2);
+        assert_eq!(c.tuning.search, Search::Brute);
+        assert_eq!(
+            c.tuning.filter,
+            Filter::MinFactor {
+                b: 4.0,
+                max_outliers: 0.2
+            }
+        );
+        assert_eq!(c.tuning.timing, Timing::Period);
+        assert_eq!(c.tuning.samples, 12);
+        assert_eq!(c.tuning.budget, 0.3);
         let (c, _) = parse([("COMMTUNE_REPORT", "none")]);
         assert_eq!(c.report, ReportTarget::Disabled);
     }
 
     #[test]
     fn bad_value_names_knob_and_accepted_values_and_keeps_default() {
-        let (c, problems) = parse([("COMMTUNE_MODE", "fast"), ("COMMTUNE_VERBOSE", "7")]);
-        assert_eq!(c.mode, Mode::Profile);
+        let (c, problems) = parse([
+            ("COMMTUNE_MODE", "fast"),
+            ("COMMTUNE_VERBOSE", "7"),
+            ("COMMTUNE_BUDGET", "0"),
+        ]);
+        assert_eq!(c.mode, Mode::Tune);
         assert_eq!(c.verbose, 0);
-        assert_eq!(problems.len(), 2);
-        assert!(problems[0].contains("COMMTUNE_MODE") && problems[0].contains("off, profile"));
+        assert_eq!(c.tuning.budget, Settings::default().budget);
+        assert_eq!(problems.len(), 3);
+        assert!(problems[0].contains("COMMTUNE_MODE") && problems[0].contains("off, profile, tune"));
         assert!(problems[1].contains("COMMTUNE_VERBOSE") && problems[1].contains("0, 1, 2"));
+        assert!(problems[2].contains("COMMTUNE_BUDGET") && problems[2].contains("(0, 1]"));
     }
 
     #[test]
@@ -233,11 +436,7 @@ mod tests {
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{}` |", knob.name)))
                 .unwrap_or_else(|| panic!("LD_PRELOAD.md has no row for {}", knob.name));
-            assert!(
-                row.contains(&format!("`{}`", knob.default)),
-                "{}: default",
-                knob.name
-            );
+            assert!(row.contains(&format!("`{}`", knob.default)), "{}: default", knob.name);
         }
     }
 
@@ -247,18 +446,42 @@ mod tests {
             "COMMTUNE_FORCE",
             "allreduce=ring, alltoall=native,allgatherv=nosuch,bcast=x,junk",
         )]);
-        assert_eq!(
-            c.forced(Op::Allreduce),
-            codelets::names(Op::Allreduce)
-                .iter()
-                .position(|n| *n == "ring")
-        );
+        assert_eq!(c.forced(Op::Allreduce), Some(index(Op::Allreduce, "ring")));
         assert_eq!(c.forced(Op::Alltoall), Some(0));
         assert_eq!(c.forced(Op::Allgatherv), None);
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("allgatherv has no codelet `nosuch` (codelets: native"));
         assert!(problems[1].contains("unknown operation `bcast`"));
         assert!(problems[2].contains("`junk` is not op=codelet"));
+    }
+
+    #[test]
+    fn exclude_takes_several_per_operation_but_not_native() {
+        let (c, problems) = parse([(
+            "COMMTUNE_EXCLUDE",
+            "allreduce=ring,allreduce=linear,allreduce=native",
+        )]);
+        assert!(c.excluded(Op::Allreduce, index(Op::Allreduce, "ring")));
+        assert!(c.excluded(Op::Allreduce, index(Op::Allreduce, "linear")));
+        assert!(!c.excluded(Op::Allreduce, 0));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("native cannot be excluded"));
+    }
+
+    #[test]
+    fn delays_with_units_and_start_instance() {
+        let (c, problems) = parse([(
+            "COMMTUNE_INJECT_DELAY",
+            "allreduce:native=300us,allreduce:ring=1.5ms@200,alltoall:nosuch=1ms,allreduce:linear=3",
+        )]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("alltoall has no codelet `nosuch`"));
+        assert!(problems[1].contains("duration must be a number with ns, us, ms or s"));
+        let ring = index(Op::Allreduce, "ring");
+        assert_eq!(c.delay(Op::Allreduce, 0, 0), Some(Duration::from_micros(300)));
+        assert_eq!(c.delay(Op::Allreduce, ring, 199), None);
+        assert_eq!(c.delay(Op::Allreduce, ring, 200), Some(Duration::from_micros(1500)));
+        assert_eq!(c.delay(Op::Alltoall, 0, 0), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod mpi;
 mod report;
 mod runtime;
 mod site;
+mod tuner;
 
 #[ctor::ctor(unsafe)]
 fn load() {

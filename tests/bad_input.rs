@@ -29,7 +29,7 @@ fn unknown_knob_and_bad_values_are_named_once_and_defaults_used() {
     assert_eq!(
         count(
             &err,
-            "COMMTUNE_MODE=\"fast\" is not valid (accepted: off, profile)"
+            "COMMTUNE_MODE=\"fast\" is not valid (accepted: off, profile, tune)"
         ),
         1,
         "{err}"
@@ -42,7 +42,7 @@ fn unknown_knob_and_bad_values_are_named_once_and_defaults_used() {
         1,
         "{err}"
     );
-    // Default mode (profile) still produced the report.
+    // The default mode (tune) still ran and produced the report.
     assert_eq!(job.report()["nprocs"], 4);
 }
 

@@ -152,7 +152,7 @@ fn commtune_run_profiles_both_mpis() {
         let dir = scratch(&format!("cli_run_{}", flavour.name()));
         let exe = compile(flavour, "known_calls.c", &dir);
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commtune"));
-        cmd.args(["run", "--report", "cli.json", "--", launcher, "-np", "2"])
+        cmd.args(["run", "--mode", "profile", "--report", "cli.json", "--", launcher, "-np", "2"])
             .arg(&exe)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

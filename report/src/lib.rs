@@ -79,6 +79,37 @@ pub struct KeyData {
     /// Remarks, e.g. why a forced codelet did not run.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The tuner's state of this key (COMMTUNE_MODE=tune).
+    #[serde(default)]
+    pub tuning: Option<TuningData>,
+}
+
+/// What the tuner did with a key. Decisions are agreed, so this is the same on every rank.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TuningData {
+    /// warmup, search, production or untuned.
+    pub phase: String,
+    /// Why the key is not (yet) tuned, or how its search ended.
+    pub reason: Option<String>,
+    /// The codelet production runs.
+    pub winner: Option<String>,
+    /// Instances spent searching, all searches together.
+    pub search_instances: u64,
+    /// Searches run (more than one when drift reopened the search).
+    pub searches: u32,
+    /// Rounds of the latest search.
+    pub rounds: u32,
+    /// The latest search's agreed estimates per codelet.
+    pub codelets: Vec<CodeletEstimate>,
+    /// Estimated time saved versus native: (native - winner estimate) x production calls.
+    pub saved_s: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CodeletEstimate {
+    pub name: String,
+    pub estimate_us: f64,
+    pub error_us: f64,
 }
 
 /// Everything one rank sends to rank 0 at MPI_Finalize.
@@ -136,6 +167,9 @@ pub struct SiteReport {
     /// Remarks from any rank, e.g. why a forced codelet did not run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What the tuner did (COMMTUNE_MODE=tune).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<TuningData>,
     pub ranks: RankSpread,
 }
 

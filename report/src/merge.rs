@@ -112,6 +112,7 @@ fn merge_key(
         codelet,
         codelets,
         notes,
+        tuning: keys.iter().find_map(|k| k.tuning.clone()),
         ranks: RankSpread {
             count: keys.len() as u32,
             calls,
@@ -168,6 +169,7 @@ mod tests {
             histogram: hist,
             codelets: [("native".to_string(), calls)].into(),
             notes: Vec::new(),
+            tuning: None,
         }
     }
 

@@ -172,3 +172,19 @@ const fn native<C>() -> Codelet<C> {
         run: None,
     }
 }
+
+/// Runs codelet `index` of `call`'s operation: native, or the algorithm on the private
+/// communicator. An error goes to the application's error handler, as from its own MPI call.
+pub fn execute<C: Operation>(call: &C, index: usize) -> c_int {
+    let Some(run) = C::codelets()[index].run else {
+        return call.native();
+    };
+    let rc = match crate::mpi::private_comm(call.comm()).and_then(|comm| run(call, &comm)) {
+        Ok(()) => crate::mpi::SUCCESS,
+        Err(rc) => rc,
+    };
+    if rc != crate::mpi::SUCCESS {
+        crate::mpi::call_errhandler(call.comm(), rc);
+    }
+    rc
+}

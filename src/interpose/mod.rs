@@ -1,6 +1,6 @@
-//! The Rust side of the shim's entry points: build the call record, find the key, choose the
-//! codelet, run and measure it. With COMMTUNE_MODE=off, or before MPI is initialised, every entry
-//! point is one branch and the PMPI call.
+//! The Rust side of the shim's entry points: build the call record, find the key, hand the call
+//! to the tuner or run the forced or native codelet, and measure it. With COMMTUNE_MODE=off, or
+//! before MPI is initialised, every entry point is one branch and the PMPI call.
 
 mod collectives;
 mod completion;
@@ -8,50 +8,45 @@ mod lifecycle;
 
 use std::ffi::c_int;
 
-use crate::codelets::{Codelet, Operation};
+use crate::codelets::{self, Operation};
+use crate::config::Mode;
 use crate::keys::Entry;
-use crate::{clock, mpi, runtime};
+use crate::{clock, runtime, tuner};
 
-/// Runs `call` with the codelet chosen for it and records the duration on `entry`.
-fn dispatch<C: Operation>(call: &C, entry: &Entry) -> c_int {
-    let codelet = choose(call, entry);
+/// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
+/// forced or native codelet, measured on `entry`.
+fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
+    let config = runtime::config();
+    if config.mode == Mode::Tune && config.forced(C::OP).is_none() {
+        return tuner::run(call, entry);
+    }
+    let index = forced_or_native(call, entry);
     let start = clock::now();
-    let rc = match codelet.run {
-        None => call.native(),
-        Some(run) => {
-            let rc = match mpi::private_comm(call.comm()).and_then(|comm| run(call, &comm)) {
-                Ok(()) => mpi::SUCCESS,
-                Err(rc) => rc,
-            };
-            if rc != mpi::SUCCESS {
-                // What the application's MPI call would have done with the error.
-                mpi::call_errhandler(call.comm(), rc);
-            }
-            rc
-        }
-    };
-    entry.record(clock::now().saturating_sub(start), codelet.name);
+    let rc = codelets::execute(call, index);
+    if let Some(delay) = config.delay(C::OP, index, 0) {
+        std::thread::sleep(delay);
+    }
+    entry.record(clock::now().saturating_sub(start), C::codelets()[index].name);
     rc
 }
 
 /// The forced codelet (COMMTUNE_FORCE) when the call meets its requirements, else native.
-fn choose<C: Operation>(call: &C, entry: &Entry) -> &'static Codelet<C> {
-    let codelets = C::codelets();
+fn forced_or_native<C: Operation>(call: &C, entry: &Entry) -> usize {
     match runtime::config().forced(C::OP) {
         Some(index) if index != 0 => {
-            let forced = &codelets[index];
+            let forced = &C::codelets()[index];
             match forced.unmet(&call.facts()) {
-                None => forced,
+                None => index,
                 Some(unmet) => {
                     entry.note(format!(
                         "forced codelet {} not applicable ({}): ran native",
                         forced.name,
                         unmet.describe()
                     ));
-                    &codelets[0]
+                    0
                 }
             }
         }
-        _ => &codelets[0],
+        _ => 0,
     }
 }

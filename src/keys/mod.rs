@@ -7,7 +7,9 @@
 
 mod table;
 
-use std::hash::{Hash, Hasher};
+pub use table::Table;
+
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{LazyLock, Mutex};
 
 use commtune_report::{KeyData, Op, SiteData};
@@ -15,9 +17,9 @@ use dashmap::DashMap;
 use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
-use crate::runtime;
+use crate::config::Mode;
 use crate::site::{self, Caller, SiteRef};
-use table::Table;
+use crate::{codelets, runtime, tuner};
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
 /// and counts (process-local values; `Entry` holds their cross-rank description).
@@ -63,18 +65,68 @@ pub struct Entry {
     pub op: Op,
     pub site: SiteData,
     pub description: Description,
+    /// Identifies the key across ranks (site, operation, signature): what checkpoints compare.
+    pub agree_hash: u64,
+    pub tuning: Mutex<tuner::KeyTuning>,
     stats: Mutex<Stats>,
 }
 
-/// Durations in clock ticks (see `clock`).
+/// Durations in clock ticks (see `clock`). Production calls of tuned keys are only counted
+/// except for a sample that is timed; each codelet's untimed calls are estimated from its timed
+/// ones.
 struct Stats {
-    calls: u64,
-    total: u64,
     min: u64,
     max: u64,
     histogram: Histogram<u32>,
-    codelets: Vec<(&'static str, u64)>,
+    codelets: Vec<CodeletStats>,
     notes: Vec<String>,
+}
+
+struct CodeletStats {
+    name: &'static str,
+    calls: u64,
+    timed: u64,
+    ticks: u64,
+}
+
+impl Stats {
+    fn of(&mut self, codelet: &'static str) -> &mut CodeletStats {
+        // Codelet names are the registry's constants: comparing addresses is enough.
+        let at = match self
+            .codelets
+            .iter()
+            .position(|c| std::ptr::eq(c.name, codelet))
+        {
+            Some(at) => at,
+            None => {
+                self.codelets.push(CodeletStats {
+                    name: codelet,
+                    calls: 0,
+                    timed: 0,
+                    ticks: 0,
+                });
+                self.codelets.len() - 1
+            }
+        };
+        &mut self.codelets[at]
+    }
+
+    fn calls(&self) -> u64 {
+        self.codelets.iter().map(|c| c.calls).sum()
+    }
+
+    fn timed(&self) -> u64 {
+        self.codelets.iter().map(|c| c.timed).sum()
+    }
+
+    /// Total time of all calls, the untimed ones at their codelet's mean.
+    fn total(&self) -> u64 {
+        self.codelets
+            .iter()
+            .filter(|c| c.timed > 0)
+            .map(|c| (c.ticks as f64 * c.calls as f64 / c.timed as f64) as u64)
+            .sum()
+    }
 }
 
 /// Durations up to hours of clock ticks at 2 significant digits (about 12 KiB per key).
@@ -86,20 +138,19 @@ impl Entry {
     /// Adds one call that took `ticks` and ran `codelet`.
     pub fn record(&self, ticks: u64, codelet: &'static str) {
         let Ok(mut s) = self.stats.lock() else { return };
-        s.calls += 1;
-        s.total += ticks;
         s.min = s.min.min(ticks);
         s.max = s.max.max(ticks);
         s.histogram.saturating_record(ticks.max(1));
-        // Codelet names are the registry's constants: comparing addresses is enough.
-        match s
-            .codelets
-            .iter_mut()
-            .find(|(name, _)| std::ptr::eq(*name, codelet))
-        {
-            Some((_, n)) => *n += 1,
-            None => s.codelets.push((codelet, 1)),
-        }
+        let c = s.of(codelet);
+        c.calls += 1;
+        c.timed += 1;
+        c.ticks += ticks;
+    }
+
+    /// Adds one call that ran `codelet` without timing it.
+    pub fn count(&self, codelet: &'static str) {
+        let Ok(mut s) = self.stats.lock() else { return };
+        s.of(codelet).calls += 1;
     }
 
     /// Adds a remark for the report (once per distinct text).
@@ -122,10 +173,10 @@ impl Entry {
             site: self.site.clone(),
             merge_key: self.description.merge_key.clone(),
             signature: self.description.signature.clone(),
-            calls: s.calls,
-            bytes: s.calls * self.description.bytes_per_call,
-            total_ns: ns(s.total),
-            min_ns: if s.calls == 0 { 0 } else { ns(s.min) },
+            calls: s.calls(),
+            bytes: s.calls() * self.description.bytes_per_call,
+            total_ns: ns(s.total()),
+            min_ns: if s.timed() == 0 { 0 } else { ns(s.min) },
             max_ns: ns(s.max),
             histogram: s
                 .histogram
@@ -135,9 +186,13 @@ impl Entry {
             codelets: s
                 .codelets
                 .iter()
-                .map(|(name, n)| (name.to_string(), *n))
+                .map(|c| (c.name.to_string(), c.calls))
                 .collect(),
             notes: s.notes.clone(),
+            tuning: (runtime::config().mode == Mode::Tune && self.op != Op::Halo).then(|| {
+                let key = self.tuning.lock().unwrap_or_else(|p| p.into_inner());
+                tuner::report(&key, &codelets::names(self.op), ns_per_tick)
+            }),
         }
     }
 }
@@ -216,13 +271,14 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
                 description.signature
             );
         }
+        let agree_hash = FxBuildHasher.hash_one((site.id, key.op, &description.merge_key));
         Box::leak(Box::new(Entry {
             op: key.op,
             site,
             description,
+            agree_hash,
+            tuning: Mutex::default(),
             stats: Mutex::new(Stats {
-                calls: 0,
-                total: 0,
                 min: u64::MAX,
                 max: 0,
                 histogram: new_histogram(),

@@ -9,6 +9,7 @@ mod comm;
 pub mod datatype;
 mod flavour;
 mod private;
+mod reduce;
 pub mod requests;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -17,7 +18,7 @@ pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPo
 pub use comm::Comm;
 pub use flavour::{Flavour, check_loaded_mpi};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
-pub use private::private_comm;
+pub use private::{private_comm, watch};
 
 use mpi_sys as ffi;
 

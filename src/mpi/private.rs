@@ -17,6 +17,9 @@ use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_rank, comm_size};
 
 static PRIVATE: LazyLock<DashMap<usize, Comm, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static KEYVAL: OnceLock<c_int> = OnceLock::new();
+/// Communicators the tuner watches, with what to call when each is freed.
+static WATCHED: LazyLock<DashMap<usize, fn(usize), FxBuildHasher>> = LazyLock::new(DashMap::default);
+static WATCH_KEYVAL: OnceLock<c_int> = OnceLock::new();
 
 /// The private duplicate of `user`.
 ///
@@ -26,7 +29,7 @@ pub fn private_comm(user: MPI_Comm) -> MpiResult<Comm> {
     if let Some(comm) = PRIVATE.get(&user.bits()) {
         return Ok(*comm);
     }
-    let keyval = keyval()?;
+    let keyval = keyval(&KEYVAL, forget)?;
     let mut dup = user;
     // SAFETY: writes one handle; collective over `user` as documented above.
     check(unsafe { ffi::PMPI_Comm_dup(user, &mut dup) })?;
@@ -45,8 +48,34 @@ pub fn private_comm(user: MPI_Comm) -> MpiResult<Comm> {
     Ok(comm)
 }
 
-fn keyval() -> MpiResult<c_int> {
-    if let Some(&k) = KEYVAL.get() {
+/// Calls `on_free(user's handle bits)` when the application frees `user` (a local call: it
+/// only hangs an attribute on the communicator). Once per communicator; later calls do nothing.
+pub fn watch(user: MPI_Comm, on_free: fn(usize)) -> MpiResult {
+    if WATCHED.contains_key(&user.bits()) {
+        return Ok(());
+    }
+    let keyval = keyval(&WATCH_KEYVAL, unwatch)?;
+    WATCHED.insert(user.bits(), on_free);
+    // SAFETY: the attribute value is unused; the callback only reads the handle.
+    check(unsafe { ffi::PMPI_Comm_set_attr(user, keyval, std::ptr::null_mut()) })
+}
+
+extern "C" fn unwatch(
+    user: MPI_Comm,
+    _keyval: c_int,
+    _value: *mut c_void,
+    _extra: *mut c_void,
+) -> c_int {
+    if let Some((bits, on_free)) = WATCHED.remove(&user.bits()) {
+        on_free(bits);
+    }
+    SUCCESS
+}
+
+type DeleteFn = extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;
+
+fn keyval(slot: &OnceLock<c_int>, on_delete: DeleteFn) -> MpiResult<c_int> {
+    if let Some(&k) = slot.get() {
         return Ok(k);
     }
     let mut keyval = 0;
@@ -54,12 +83,12 @@ fn keyval() -> MpiResult<c_int> {
     check(unsafe {
         ffi::PMPI_Comm_create_keyval(
             Some(not_copied),
-            Some(forget),
+            Some(on_delete),
             &mut keyval,
             std::ptr::null_mut(),
         )
     })?;
-    Ok(*KEYVAL.get_or_init(|| keyval))
+    Ok(*slot.get_or_init(|| keyval))
 }
 
 /// A duplicate of the application's communicator gets its own private communicator when it is

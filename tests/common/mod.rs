@@ -208,7 +208,9 @@ impl Run<'_> {
         self
     }
 
-    /// Runs the job; the report goes to `<dir>/report.json` unless COMMTUNE_REPORT is set.
+    /// Runs the job; the report goes to `<dir>/report.json` unless COMMTUNE_REPORT is set, and
+    /// the library profiles (COMMTUNE_MODE=profile) unless COMMTUNE_MODE is set: tests that
+    /// count calls per codelet must not depend on what the tuner decides.
     pub fn go(self) -> Job {
         let _one_at_a_time = lock();
         let report_path = self.dir.join("report.json");

@@ -1,0 +1,290 @@
+//! Search policies: which codelets stay in the race after each round, and when to decide.
+//!
+//! Pure: the tuner feeds each round's agreed estimates (the same on every rank), so every rank
+//! takes the same decisions. A round gives every remaining candidate one more sample.
+
+use crate::codelets::Partners;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Search {
+    /// Every applicable codelet `samples` times, interleaved round-robin.
+    Brute,
+    /// ADCL's attribute search: an attribute value that is best in two consecutive rounds
+    /// prunes the codelets without it (partners first, then use of collectives).
+    Attributes,
+    /// Successive elimination: from the third round on, drop codelets whose lower bound is
+    /// above the leader's upper bound; stop when one is left.
+    Racing,
+}
+
+/// A codelet in the search.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Candidate {
+    /// Index in the operation's registry (0 = native).
+    pub index: usize,
+    pub partners: Partners,
+    pub collectives: bool,
+}
+
+/// A codelet's agreed estimate after a round: typical time and its standard error.
+#[derive(Clone, Copy, PartialEq, Debug, Default)]
+pub struct Agreed {
+    pub location: f64,
+    pub error: f64,
+}
+
+impl Agreed {
+    fn lower(&self) -> f64 {
+        self.location - 2.0 * self.error
+    }
+    fn upper(&self) -> f64 {
+        self.location + 2.0 * self.error
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Next {
+    /// Another round over `Plan::candidates`.
+    Round,
+    /// The winner's registry index.
+    Decide(usize),
+}
+
+/// One key's search.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub policy: Search,
+    /// Still in the race, in a fixed order (identical on every rank).
+    pub candidates: Vec<Candidate>,
+    /// Rounds completed.
+    pub rounds: u32,
+    max_rounds: u32,
+    /// The latest agreed estimate of every codelet that ever ran (by registry index).
+    pub estimates: Vec<(usize, Agreed)>,
+    /// Attribute search: the best partners value of the last round, if not yet confirmed.
+    best_partners: Option<Partners>,
+    partners_fixed: bool,
+    best_collectives: Option<bool>,
+}
+
+impl Plan {
+    pub fn new(policy: Search, candidates: Vec<Candidate>, samples: u32) -> Plan {
+        Plan {
+            policy,
+            candidates,
+            rounds: 0,
+            max_rounds: samples.max(1),
+            estimates: Vec::new(),
+            best_partners: None,
+            partners_fixed: false,
+            best_collectives: None,
+        }
+    }
+
+    pub fn estimate(&self, index: usize) -> Option<Agreed> {
+        self.estimates.iter().find(|(i, _)| *i == index).map(|(_, e)| *e)
+    }
+
+    /// Takes the agreed estimates of the round just completed (one per candidate, in order) and
+    /// says what comes next. `stop` ends the search now (budget exhausted).
+    pub fn after_round(&mut self, agreed: &[Agreed], stop: bool, min_gain: f64) -> Next {
+        self.rounds += 1;
+        for (c, e) in self.candidates.iter().zip(agreed) {
+            match self.estimates.iter_mut().find(|(i, _)| *i == c.index) {
+                Some(slot) => slot.1 = *e,
+                None => self.estimates.push((c.index, *e)),
+            }
+        }
+        if stop || self.rounds >= self.max_rounds || self.candidates.len() <= 1 {
+            return Next::Decide(self.winner(min_gain));
+        }
+        match self.policy {
+            Search::Brute => {}
+            Search::Racing => self.race(),
+            Search::Attributes => self.prune_by_attributes(),
+        }
+        if self.candidates.len() <= 1 {
+            Next::Decide(self.winner(min_gain))
+        } else {
+            Next::Round
+        }
+    }
+
+    fn leader(&self) -> Option<(Candidate, Agreed)> {
+        self.candidates
+            .iter()
+            .filter_map(|c| Some((*c, self.estimate(c.index)?)))
+            .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
+    }
+
+    fn race(&mut self) {
+        if self.rounds < 3 {
+            return;
+        }
+        let Some((_, leader)) = self.leader() else { return };
+        let estimates = self.estimates.clone();
+        self.candidates.retain(|c| {
+            let e = estimates.iter().find(|(i, _)| *i == c.index).map(|(_, e)| *e);
+            e.is_none_or(|e| e.lower() <= leader.upper())
+        });
+    }
+
+    /// Native stays in as the baseline; other candidates go when an attribute value they lack
+    /// was the leader's in two consecutive rounds.
+    fn prune_by_attributes(&mut self) {
+        let Some((leader, _)) = self.leader() else { return };
+        if !self.partners_fixed {
+            if self.best_partners == Some(leader.partners) {
+                self.partners_fixed = true;
+                self.candidates
+                    .retain(|c| c.index == 0 || c.partners == leader.partners);
+            } else {
+                self.best_partners = Some(leader.partners);
+            }
+        } else if self.best_collectives == Some(leader.collectives) {
+            self.candidates
+                .retain(|c| c.index == 0 || c.collectives == leader.collectives);
+            self.best_collectives = None;
+        } else {
+            self.best_collectives = Some(leader.collectives);
+        }
+    }
+
+    /// The fastest codelet by agreed estimates, unless it does not beat native by more than
+    /// `min_gain` of native's time and by more than its own standard error: then native.
+    pub fn winner(&self, min_gain: f64) -> usize {
+        let best = self
+            .estimates
+            .iter()
+            .min_by(|a, b| a.1.location.total_cmp(&b.1.location));
+        let (Some(&(index, best)), Some(native)) = (best, self.estimate(0)) else {
+            return 0;
+        };
+        let margin = (min_gain * native.location).max(best.error);
+        if index != 0 && native.location - best.location > margin {
+            index
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(index: usize, partners: Partners, collectives: bool) -> Candidate {
+        Candidate {
+            index,
+            partners,
+            collectives,
+        }
+    }
+
+    fn set() -> Vec<Candidate> {
+        vec![
+            candidate(0, Partners::Tree, true),
+            candidate(1, Partners::All, false),
+            candidate(2, Partners::Tree, true),
+            candidate(3, Partners::Pair, false),
+            candidate(4, Partners::Pair, false),
+        ]
+    }
+
+    fn agreed(times: &[f64], candidates: &[Candidate]) -> Vec<Agreed> {
+        candidates
+            .iter()
+            .map(|c| Agreed {
+                location: times[c.index],
+                error: times[c.index] * 0.01,
+            })
+            .collect()
+    }
+
+    /// Runs a policy until it decides; returns (winner, rounds).
+    fn decide(policy: Search, times: &[f64], samples: u32) -> (usize, u32) {
+        let mut plan = Plan::new(policy, set(), samples);
+        loop {
+            let round = agreed(times, &plan.candidates);
+            if let Next::Decide(w) = plan.after_round(&round, false, 0.02) {
+                return (w, plan.rounds);
+            }
+        }
+    }
+
+    #[test]
+    fn brute_runs_every_round_and_picks_the_fastest() {
+        let times = [100.0, 90.0, 120.0, 50.0, 70.0];
+        assert_eq!(decide(Search::Brute, &times, 8), (3, 8));
+    }
+
+    #[test]
+    fn racing_stops_early_when_the_leader_is_clear() {
+        let times = [100.0, 90.0, 120.0, 50.0, 70.0];
+        let (winner, rounds) = decide(Search::Racing, &times, 8);
+        assert_eq!(winner, 3);
+        assert_eq!(rounds, 3, "everything else is clearly slower after three rounds");
+    }
+
+    #[test]
+    fn racing_keeps_overlapping_candidates() {
+        let mut plan = Plan::new(Search::Racing, set(), 8);
+        for _ in 0..3 {
+            let round: Vec<Agreed> = plan
+                .candidates
+                .iter()
+                .map(|c| Agreed {
+                    location: [100.0, 51.0, 200.0, 50.0, 300.0][c.index],
+                    error: 5.0,
+                })
+                .collect();
+            assert_eq!(plan.after_round(&round, false, 0.02), Next::Round);
+        }
+        let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
+        assert_eq!(left, [1, 3], "51 and 50 overlap within their errors");
+    }
+
+    #[test]
+    fn attributes_prune_after_a_value_is_confirmed_twice() {
+        let times = [100.0, 90.0, 120.0, 50.0, 70.0];
+        let mut plan = Plan::new(Search::Attributes, set(), 8);
+        plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
+        assert_eq!(plan.candidates.len(), 5, "one round is not a confirmation");
+        plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
+        let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
+        assert_eq!(left, [0, 3, 4], "pair confirmed: native stays as the baseline");
+        assert_eq!(decide(Search::Attributes, &times, 8).0, 3);
+    }
+
+    #[test]
+    fn native_stays_unless_clearly_beaten() {
+        // 1 % faster is within the 2 % minimum gain.
+        assert_eq!(decide(Search::Brute, &[100.0, 99.0, 120.0, 130.0, 140.0], 4).0, 0);
+        // Native fastest.
+        assert_eq!(decide(Search::Racing, &[50.0, 99.0, 120.0, 130.0, 140.0], 8).0, 0);
+        // A large error hides the gain.
+        let mut plan = Plan::new(Search::Brute, set()[..2].to_vec(), 1);
+        let noisy = [
+            Agreed {
+                location: 100.0,
+                error: 1.0,
+            },
+            Agreed {
+                location: 90.0,
+                error: 15.0,
+            },
+        ];
+        assert_eq!(plan.after_round(&noisy, false, 0.02), Next::Decide(0));
+    }
+
+    #[test]
+    fn stop_decides_with_the_best_so_far() {
+        let mut plan = Plan::new(Search::Brute, set(), 8);
+        let times = [100.0, 90.0, 120.0, 50.0, 70.0];
+        assert_eq!(
+            plan.after_round(&agreed(&times, &plan.candidates), true, 0.02),
+            Next::Decide(3)
+        );
+        assert_eq!(plan.rounds, 1);
+    }
+}

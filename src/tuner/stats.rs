@@ -1,0 +1,265 @@
+//! Estimators of a codelet's typical time from its samples on one rank (pure functions).
+//!
+//! Each returns a location (the typical time) and a spread (how much it varies). The three are
+//! those ADCL compared: `minfactor` (drop samples above b·min unless that drops too many),
+//! `iqr` (Tukey's fences) and `robust` (a Student-t location M-estimate). Outliers far from the
+//! bulk are what a noisy machine adds and must go; a second mode close to the first (systematic
+//! congestion caused by the codelet itself) is part of the codelet's cost and must stay.
+
+/// Which estimator, with its parameters (COMMTUNE_FILTER and friends).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Filter {
+    /// ADCL's heuristic: drop samples above `b` times the minimum unless more than
+    /// `max_outliers` (a fraction) of them would be dropped.
+    MinFactor { b: f64, max_outliers: f64 },
+    /// Drop samples outside [Q1 - 1.5 IQR, Q3 + 1.5 IQR].
+    Iqr,
+    /// Student-t location M-estimate with `nu` degrees of freedom: iteratively reweighted mean
+    /// with weights (nu+1)/(nu+r²), r = residual / scale, from the median and 1.4826·MAD
+    /// (never below `RELATIVE_SCALE_FLOOR` of the median).
+    Robust { nu: f64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    pub location: f64,
+    pub spread: f64,
+}
+
+/// The estimate of `samples` (None without samples).
+pub fn estimate(filter: Filter, samples: &[f64]) -> Option<Estimate> {
+    if samples.is_empty() {
+        return None;
+    }
+    Some(match filter {
+        Filter::MinFactor { b, max_outliers } => min_factor(samples, b, max_outliers),
+        Filter::Iqr => iqr(samples),
+        Filter::Robust { nu } => robust(samples, nu),
+    })
+}
+
+/// Timing noise is multiplicative: samples within about a third of the typical time are not
+/// outliers however tight the bulk is. Without this floor a tight first mode would make a real
+/// second mode (30 % of calls at twice the time) look like outliers and vanish.
+const RELATIVE_SCALE_FLOOR: f64 = 0.35;
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+fn std_dev(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(xs);
+    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt()
+}
+
+fn sorted(xs: &[f64]) -> Vec<f64> {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Quantile `q` of sorted data, linear interpolation between order statistics.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+fn kept(xs: &[f64], keep: impl Fn(f64) -> bool) -> Estimate {
+    let inside: Vec<f64> = xs.iter().copied().filter(|&x| keep(x)).collect();
+    let inside = if inside.is_empty() { xs.to_vec() } else { inside };
+    Estimate {
+        location: mean(&inside),
+        spread: std_dev(&inside),
+    }
+}
+
+fn min_factor(xs: &[f64], b: f64, max_outliers: f64) -> Estimate {
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let dropped = xs.iter().filter(|&&x| x > b * min).count();
+    if dropped as f64 > max_outliers * xs.len() as f64 {
+        kept(xs, |_| true)
+    } else {
+        kept(xs, |x| x <= b * min)
+    }
+}
+
+fn iqr(xs: &[f64]) -> Estimate {
+    let s = sorted(xs);
+    let (q1, q3) = (quantile(&s, 0.25), quantile(&s, 0.75));
+    let fence = 1.5 * (q3 - q1);
+    kept(xs, |x| x >= q1 - fence && x <= q3 + fence)
+}
+
+fn robust(xs: &[f64], nu: f64) -> Estimate {
+    let s = sorted(xs);
+    let median = quantile(&s, 0.5);
+    let deviations = sorted(&xs.iter().map(|x| (x - median).abs()).collect::<Vec<_>>());
+    let mut scale = 1.4826 * quantile(&deviations, 0.5);
+    if scale == 0.0 {
+        // More than half the samples are equal: the MAD says nothing about the rest, which may
+        // be a real second mode. The mean absolute deviation (normal-consistent) still does.
+        scale = 1.2533 * mean(&deviations);
+    }
+    if scale == 0.0 {
+        return Estimate {
+            location: median,
+            spread: 0.0,
+        };
+    }
+    let spread = scale;
+    let scale = scale.max(RELATIVE_SCALE_FLOOR * median.abs());
+    let mut mu = median;
+    for _ in 0..100 {
+        let (mut sum_w, mut sum_wx) = (0.0, 0.0);
+        for &x in xs {
+            let r = (x - mu) / scale;
+            let w = (nu + 1.0) / (nu + r * r);
+            sum_w += w;
+            sum_wx += w * x;
+        }
+        let next = sum_wx / sum_w;
+        let converged = (next - mu).abs() <= 1e-12 * mu.abs().max(1e-300);
+        mu = next;
+        if converged {
+            break;
+        }
+    }
+    Estimate {
+        location: mu,
+        spread,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILTERS: [Filter; 3] = [
+        Filter::MinFactor {
+            b: 3.0,
+            max_outliers: 0.2,
+        },
+        Filter::Iqr,
+        Filter::Robust { nu: 5.0 },
+    ];
+
+    /// Deterministic normal samples (xorshift + Box-Muller).
+    fn normal(n: usize, mean: f64, sd: f64, seed: u64) -> Vec<f64> {
+        let mut state = seed.max(1);
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        (0..n)
+            .map(|_| {
+                let (u1, u2) = (uniform().max(1e-12), uniform());
+                mean + sd * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+            })
+            .collect()
+    }
+
+    fn location(filter: Filter, xs: &[f64]) -> f64 {
+        estimate(filter, xs).unwrap().location
+    }
+
+    #[test]
+    fn clean_normal_data_gives_the_mean() {
+        let xs = normal(200, 100.0, 5.0, 1);
+        for f in FILTERS {
+            let e = estimate(f, &xs).unwrap();
+            assert!((e.location - 100.0).abs() < 1.5, "{f:?}: {e:?}");
+            assert!(e.spread > 2.0 && e.spread < 8.0, "{f:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn heavy_tails_do_not_drag_the_estimate() {
+        // Mostly normal, a few samples ten to fifty times larger (preempted runs).
+        let mut xs = normal(100, 100.0, 5.0, 2);
+        for (i, x) in xs.iter_mut().enumerate().filter(|(i, _)| i % 12 == 0) {
+            *x *= 10.0 + i as f64 / 3.0;
+        }
+        for f in FILTERS {
+            assert!((location(f, &xs) - 100.0).abs() < 3.0, "{f:?}: {}", location(f, &xs));
+        }
+    }
+
+    #[test]
+    fn outliers_from_10_to_40_percent() {
+        for fraction in [0.1, 0.2, 0.3, 0.4] {
+            let mut xs = normal(100, 100.0, 5.0, 3);
+            let n_out = (fraction * 100.0) as usize;
+            for x in xs.iter_mut().take(n_out) {
+                *x = 1000.0 + *x;
+            }
+            // The robust estimator resists every fraction below one half.
+            let robust = location(Filter::Robust { nu: 5.0 }, &xs);
+            assert!((robust - 100.0).abs() < 5.0, "robust at {fraction}: {robust}");
+            // minfactor drops them only while they are at most n_o_max of the samples.
+            let mf = location(
+                Filter::MinFactor {
+                    b: 3.0,
+                    max_outliers: 0.2,
+                },
+                &xs,
+            );
+            if fraction <= 0.2 {
+                assert!((mf - 100.0).abs() < 3.0, "minfactor at {fraction}: {mf}");
+            } else {
+                assert!(mf > 300.0, "minfactor keeps everything above n_o_max: {mf}");
+            }
+            // Tukey's fences hold while the outliers stay out of the upper quartile.
+            let iqr = location(Filter::Iqr, &xs);
+            if fraction < 0.25 {
+                assert!((iqr - 100.0).abs() < 3.0, "iqr at {fraction}: {iqr}");
+            }
+        }
+    }
+
+    #[test]
+    fn systematic_congestion_is_not_filtered_away() {
+        // 70 % of calls at 100, 30 % at 200: the codelet really costs more than 100 on average.
+        let mut xs = normal(70, 100.0, 2.0, 4);
+        xs.extend(normal(30, 200.0, 2.0, 5));
+        for f in FILTERS {
+            let l = location(f, &xs);
+            assert!(l > 110.0, "{f:?} filtered the congestion away: {l}");
+        }
+        // The same with exactly repeated values (MAD = 0 for the robust estimator).
+        let mut xs = vec![100.0; 7];
+        xs.extend([200.0; 3]);
+        assert!(location(Filter::Robust { nu: 5.0 }, &xs) > 110.0);
+    }
+
+    #[test]
+    fn constant_data() {
+        let xs = [42.0; 10];
+        for f in FILTERS {
+            assert_eq!(
+                estimate(f, &xs),
+                Some(Estimate {
+                    location: 42.0,
+                    spread: 0.0
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn tiny_samples() {
+        for f in FILTERS {
+            assert_eq!(estimate(f, &[]), None);
+            assert_eq!(location(f, &[7.0]), 7.0);
+            let two = location(f, &[10.0, 12.0]);
+            assert!((10.0..=12.0).contains(&two), "{f:?}: {two}");
+            let three = location(f, &[10.0, 11.0, 12.0]);
+            assert!((three - 11.0).abs() < 1e-9, "{f:?}: {three}");
+        }
+    }
+}
