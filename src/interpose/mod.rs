@@ -22,11 +22,14 @@ fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     }
     let index = forced_or_native(call, entry);
     let start = clock::now();
-    let rc = codelets::execute(call, index);
     if let Some(delay) = config.delay(C::OP, index, 0) {
-        std::thread::sleep(delay);
+        codelets::inject_delay(call, delay);
     }
-    entry.record(clock::now().saturating_sub(start), C::codelets()[index].name);
+    let rc = codelets::execute(call, index);
+    entry.record(
+        clock::now().saturating_sub(start),
+        C::codelets()[index].name,
+    );
     rc
 }
 

@@ -131,7 +131,7 @@ fn site_id(object_name: &str, address: u64) -> u64 {
     FxBuildHasher.hash_one((object_name, address))
 }
 
-fn file_name(path: &str) -> &str {
+pub fn file_name(path: &str) -> &str {
     Path::new(path)
         .file_name()
         .and_then(|n| n.to_str())

@@ -27,8 +27,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use commtune_report::{CodeletEstimate, TuningData};
 
-use self::policy::{Agreed, Candidate, Next, Plan};
 pub use self::policy::Search;
+use self::policy::{Agreed, Candidate, Next, Plan};
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Table};
@@ -251,14 +251,15 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     if let Some(comm) = step.barrier {
         let _ = comm.barrier();
     }
-    let rc = codelets::execute(call, step.codelet);
     let config = runtime::config();
     if !config.delays.is_empty() {
+        // Before the codelet: a late wake-up is absorbed by this collective, not the next one.
         let instance = lock(&entry.tuning).instances;
         if let Some(delay) = config.delay(C::OP, step.codelet, instance) {
-            std::thread::sleep(delay);
+            codelets::inject_delay(call, delay);
         }
     }
+    let rc = codelets::execute(call, step.codelet);
     let ticks = clock::now().saturating_sub(start);
     let name = C::codelets()[step.codelet].name;
     if step.measure == Measure::Counted {
@@ -347,12 +348,12 @@ fn step_for<C: Operation>(call: &C, entry: &'static Entry) -> Step {
     end_stalled_search(&mut comm, entry, n);
     if comm.is_active(entry) {
         comm.active = Some((entry, n));
-        return search_step(&mut comm, &mut key, n);
+        return search_step(&mut comm, &mut key, entry, n);
     }
     if comm.active.is_none() && n >= comm.next_check {
         checkpoint(call, entry, &mut comm, &mut key, n);
         if comm.is_active(entry) {
-            return search_step(&mut comm, &mut key, n);
+            return search_step(&mut comm, &mut key, entry, n);
         }
     }
     settled_step(&mut comm, &mut key, entry, call, n)
@@ -393,7 +394,7 @@ fn settled_step<C: Operation>(
             if reopen && key.reopened < MAX_REOPEN {
                 key.reopened += 1;
                 if start_search(call, comm, key, entry, n) {
-                    return search_step(comm, key, n);
+                    return search_step(comm, key, entry, n);
                 }
             }
         }
@@ -458,8 +459,9 @@ fn checkpoint<C: Operation>(
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {
                 key.phase = Phase::Untuned;
-                key.reason =
-                    Some("ranks reach this call from different call sites or with different signatures");
+                key.reason = Some(
+                    "ranks reach this call from different call sites or with different signatures",
+                );
             }
         }
         Ok(agree::Checkpoint::Partial) => comm.interval = MIN_INTERVAL,
@@ -523,7 +525,11 @@ fn production(winner: usize, since: u64) -> Production {
 
 /// One round: every candidate once (twice in a row with period timing, the first discarded).
 fn schedule(plan: &Plan) -> Vec<usize> {
-    let repeat = if runtime::config().tuning.timing == Timing::Period { 2 } else { 1 };
+    let repeat = if runtime::config().tuning.timing == Timing::Period {
+        2
+    } else {
+        1
+    };
     plan.candidates
         .iter()
         .flat_map(|c| std::iter::repeat_n(c.index, repeat))
@@ -531,7 +537,7 @@ fn schedule(plan: &Plan) -> Vec<usize> {
 }
 
 /// The next instance of the key being searched.
-fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, n: u64) -> Step {
+fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, entry: &Entry, n: u64) -> Step {
     let settings = runtime::config().tuning;
     let now = clock::now();
     let Phase::Searching(s) = &mut key.phase else {
@@ -556,6 +562,14 @@ fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, n: u64) -> Step {
         let wasted = wasted_share(s, key.ticks);
         let next = match comm.private.map(|p| agree::round(&p, &local, wasted)) {
             Some(Ok((agreed, worst_wasted))) => {
+                trace(entry, || {
+                    format!(
+                        "round {}: local {} agreed {}",
+                        s.plan.rounds + 1,
+                        estimates(entry, &s.plan.candidates, &local),
+                        estimates(entry, &s.plan.candidates, &agreed)
+                    )
+                });
                 s.plan
                     .after_round(&agreed, worst_wasted > settings.budget, settings.min_gain)
             }
@@ -567,6 +581,9 @@ fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, n: u64) -> Step {
                 s.position = 0;
             }
             Next::Decide(winner) => {
+                trace(entry, || {
+                    format!("decided {}", codelets::names(entry.op)[winner])
+                });
                 let Phase::Searching(done) = std::mem::replace(
                     &mut key.phase,
                     Phase::Production(production(winner, key.instances)),
@@ -592,9 +609,46 @@ fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, n: u64) -> Step {
     key.searched += 1;
     Step {
         codelet,
-        barrier: if settings.timing == Timing::Barrier { comm.private } else { None },
+        barrier: if settings.timing == Timing::Barrier {
+            comm.private
+        } else {
+            None
+        },
         measure: Measure::Search { sample },
     }
+}
+
+/// With COMMTUNE_VERBOSE=2, prints a line about the tuning of `entry`'s key.
+fn trace(entry: &Entry, line: impl FnOnce() -> String) {
+    if runtime::config().verbose >= 2 {
+        let rank = runtime::process().map_or(-1, |p| i64::from(p.rank));
+        eprintln!(
+            "commtune[{rank}]: tune {} {}+{:#x}: {}",
+            entry.op.name(),
+            crate::site::file_name(&entry.site.object),
+            entry.site.address,
+            line()
+        );
+    }
+}
+
+/// `name=estimate±error` in microseconds of clock ticks, for traces.
+fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> String {
+    let names = codelets::names(entry.op);
+    let us = clock::ns_per_tick() * 1e-3;
+    candidates
+        .iter()
+        .zip(values)
+        .map(|(c, v)| {
+            format!(
+                "{}={:.0}±{:.0}",
+                names[c.index],
+                v.location * us,
+                v.error * us
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// This rank's estimate of a codelet: typical time and its standard error.
@@ -637,7 +691,9 @@ fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
 /// Ends the active search if its key stopped being called (same outcome on every rank: the
 /// instance counts are shared).
 fn end_stalled_search(comm: &mut CommTuning, entry: &Entry, n: u64) {
-    let Some((active, last)) = comm.active else { return };
+    let Some((active, last)) = comm.active else {
+        return;
+    };
     if std::ptr::eq(active, entry) || n - last < STALL {
         return;
     }

@@ -82,7 +82,10 @@ impl Plan {
     }
 
     pub fn estimate(&self, index: usize) -> Option<Agreed> {
-        self.estimates.iter().find(|(i, _)| *i == index).map(|(_, e)| *e)
+        self.estimates
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, e)| *e)
     }
 
     /// Takes the agreed estimates of the round just completed (one per candidate, in order) and
@@ -121,10 +124,15 @@ impl Plan {
         if self.rounds < 3 {
             return;
         }
-        let Some((_, leader)) = self.leader() else { return };
+        let Some((_, leader)) = self.leader() else {
+            return;
+        };
         let estimates = self.estimates.clone();
         self.candidates.retain(|c| {
-            let e = estimates.iter().find(|(i, _)| *i == c.index).map(|(_, e)| *e);
+            let e = estimates
+                .iter()
+                .find(|(i, _)| *i == c.index)
+                .map(|(_, e)| *e);
             e.is_none_or(|e| e.lower() <= leader.upper())
         });
     }
@@ -132,7 +140,9 @@ impl Plan {
     /// Native stays in as the baseline; other candidates go when an attribute value they lack
     /// was the leader's in two consecutive rounds.
     fn prune_by_attributes(&mut self) {
-        let Some((leader, _)) = self.leader() else { return };
+        let Some((leader, _)) = self.leader() else {
+            return;
+        };
         if !self.partners_fixed {
             if self.best_partners == Some(leader.partners) {
                 self.partners_fixed = true;
@@ -150,19 +160,16 @@ impl Plan {
         }
     }
 
-    /// The fastest codelet by agreed estimates, unless it does not beat native by more than
-    /// `min_gain` of native's time and by more than its own standard error: then native.
+    /// The fastest remaining candidate by agreed estimates, unless it does not beat native
+    /// (its latest estimate, even if native left the race) by more than `min_gain` of native's
+    /// time and by more than its own standard error: then native.
     pub fn winner(&self, min_gain: f64) -> usize {
-        let best = self
-            .estimates
-            .iter()
-            .min_by(|a, b| a.1.location.total_cmp(&b.1.location));
-        let (Some(&(index, best)), Some(native)) = (best, self.estimate(0)) else {
+        let (Some((best, best_estimate)), Some(native)) = (self.leader(), self.estimate(0)) else {
             return 0;
         };
-        let margin = (min_gain * native.location).max(best.error);
-        if index != 0 && native.location - best.location > margin {
-            index
+        let margin = (min_gain * native.location).max(best_estimate.error);
+        if best.index != 0 && native.location - best_estimate.location > margin {
+            best.index
         } else {
             0
         }
@@ -223,7 +230,10 @@ mod tests {
         let times = [100.0, 90.0, 120.0, 50.0, 70.0];
         let (winner, rounds) = decide(Search::Racing, &times, 8);
         assert_eq!(winner, 3);
-        assert_eq!(rounds, 3, "everything else is clearly slower after three rounds");
+        assert_eq!(
+            rounds, 3,
+            "everything else is clearly slower after three rounds"
+        );
     }
 
     #[test]
@@ -252,16 +262,26 @@ mod tests {
         assert_eq!(plan.candidates.len(), 5, "one round is not a confirmation");
         plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
         let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
-        assert_eq!(left, [0, 3, 4], "pair confirmed: native stays as the baseline");
+        assert_eq!(
+            left,
+            [0, 3, 4],
+            "pair confirmed: native stays as the baseline"
+        );
         assert_eq!(decide(Search::Attributes, &times, 8).0, 3);
     }
 
     #[test]
     fn native_stays_unless_clearly_beaten() {
         // 1 % faster is within the 2 % minimum gain.
-        assert_eq!(decide(Search::Brute, &[100.0, 99.0, 120.0, 130.0, 140.0], 4).0, 0);
+        assert_eq!(
+            decide(Search::Brute, &[100.0, 99.0, 120.0, 130.0, 140.0], 4).0,
+            0
+        );
         // Native fastest.
-        assert_eq!(decide(Search::Racing, &[50.0, 99.0, 120.0, 130.0, 140.0], 8).0, 0);
+        assert_eq!(
+            decide(Search::Racing, &[50.0, 99.0, 120.0, 130.0, 140.0], 8).0,
+            0
+        );
         // A large error hides the gain.
         let mut plan = Plan::new(Search::Brute, set()[..2].to_vec(), 1);
         let noisy = [
@@ -275,6 +295,29 @@ mod tests {
             },
         ];
         assert_eq!(plan.after_round(&noisy, false, 0.02), Next::Decide(0));
+    }
+
+    #[test]
+    fn a_candidate_that_left_the_race_cannot_win_on_an_old_estimate() {
+        let mut plan = Plan::new(Search::Racing, set()[..3].to_vec(), 8);
+        let round = |plan: &Plan, times: [f64; 3]| -> Vec<Agreed> {
+            plan.candidates
+                .iter()
+                .map(|c| Agreed {
+                    location: times[c.index],
+                    error: if c.index == 0 { 30.0 } else { 1.0 },
+                })
+                .collect()
+        };
+        for _ in 0..3 {
+            let r = round(&plan, [100.0, 50.0, 300.0]);
+            plan.after_round(&r, false, 0.02);
+        }
+        let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
+        assert_eq!(left, [0, 1], "2 left the race, native's error keeps it in");
+        // Later rounds are slower for everyone still in the race: 2's old 300 must not win.
+        let r = round(&plan, [600.0, 400.0, 0.0]);
+        assert_eq!(plan.after_round(&r, true, 0.02), Next::Decide(1));
     }
 
     #[test]

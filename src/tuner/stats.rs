@@ -70,7 +70,11 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 fn kept(xs: &[f64], keep: impl Fn(f64) -> bool) -> Estimate {
     let inside: Vec<f64> = xs.iter().copied().filter(|&x| keep(x)).collect();
-    let inside = if inside.is_empty() { xs.to_vec() } else { inside };
+    let inside = if inside.is_empty() {
+        xs.to_vec()
+    } else {
+        inside
+    };
     Estimate {
         location: mean(&inside),
         spread: std_dev(&inside),
@@ -186,7 +190,11 @@ mod tests {
             *x *= 10.0 + i as f64 / 3.0;
         }
         for f in FILTERS {
-            assert!((location(f, &xs) - 100.0).abs() < 3.0, "{f:?}: {}", location(f, &xs));
+            assert!(
+                (location(f, &xs) - 100.0).abs() < 3.0,
+                "{f:?}: {}",
+                location(f, &xs)
+            );
         }
     }
 
@@ -200,7 +208,10 @@ mod tests {
             }
             // The robust estimator resists every fraction below one half.
             let robust = location(Filter::Robust { nu: 5.0 }, &xs);
-            assert!((robust - 100.0).abs() < 5.0, "robust at {fraction}: {robust}");
+            assert!(
+                (robust - 100.0).abs() < 5.0,
+                "robust at {fraction}: {robust}"
+            );
             // minfactor drops them only while they are at most n_o_max of the samples.
             let mf = location(
                 Filter::MinFactor {

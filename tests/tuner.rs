@@ -1,0 +1,411 @@
+//! The tuner end to end, with real MPI jobs. Timings on this machine are noise, so every test
+//! that needs a known winner injects delays (COMMTUNE_INJECT_DELAY) into every codelet but one;
+//! no test asserts a time.
+
+mod common;
+
+use common::{
+    Flavour, Job, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line, sites,
+};
+use serde_json::Value;
+
+const ALLREDUCE: &[&str] = &[
+    "native",
+    "linear",
+    "nonoverlapping",
+    "recursive_doubling",
+    "ring",
+    "rabenseifner",
+    "binomial",
+];
+const ALLTOALL: &[&str] = &[
+    "native",
+    "linear",
+    "linear_sync2",
+    "linear_sync4",
+    "linear_sync8",
+    "pairwise",
+    "pairwise_excl",
+    "bruck",
+];
+const ALLGATHERV: &[&str] = &[
+    "native",
+    "linear",
+    "ring",
+    "recursive_doubling",
+    "bruck",
+    "neighbor_exchange",
+];
+
+/// COMMTUNE_INJECT_DELAY making `winner` the only codelet of `op` without `delay`.
+fn all_but(op: &str, codelets: &[&str], winner: &str, delay: &str) -> Vec<String> {
+    codelets
+        .iter()
+        .filter(|c| **c != winner)
+        .map(|c| format!("{op}:{c}={delay}"))
+        .collect()
+}
+
+fn tuning(site: &Value) -> &Value {
+    &site["tuning"]
+}
+
+/// Runs tuned_loop under `flavour` with `env`; checks correct results.
+fn tuned_loop(
+    flavour: Flavour,
+    np: usize,
+    name: &str,
+    iterations: &str,
+    env: &[(&str, &str)],
+) -> Job {
+    let dir = scratch(&format!("tuner_{name}_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let mut job = run(flavour, np, &exe, &dir)
+        .args(&[iterations])
+        .env("COMMTUNE_MODE", "tune");
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let job = job.go();
+    job.assert_success();
+    assert!(
+        job.stdout().contains("tuned_loop: results correct"),
+        "{}",
+        job.stdout()
+    );
+    job
+}
+
+/// The site of `marker` in tuned_loop.c.
+fn loop_site<'a>(report: &'a Value, marker: &str) -> &'a Value {
+    site_at_line(report, marker_line("tuned_loop.c", marker))
+}
+
+/// With every codelet but one delayed, the tuner picks that one for each operation. MPICH
+/// busy-polls, so its jobs feel every other process on the machine: larger delays there.
+fn picks_the_undelayed(
+    flavour: Flavour,
+    np: usize,
+    search: &str,
+    filter: &str,
+    winners: [&str; 3],
+) {
+    let delay = if flavour == Mpich { "5ms" } else { "2ms" };
+    let mut delays = all_but("allreduce", ALLREDUCE, winners[0], delay);
+    delays.extend(all_but("alltoall", ALLTOALL, winners[1], delay));
+    delays.extend(all_but("allgatherv", ALLGATHERV, winners[2], delay));
+    let delays = delays.join(",");
+    let job = tuned_loop(
+        flavour,
+        np,
+        &format!("{search}_{filter}"),
+        // One key per communicator is searched at a time: enough calls for three searches
+        // and a production phase longest of all.
+        "400",
+        &[
+            ("COMMTUNE_SEARCH", search),
+            ("COMMTUNE_FILTER", filter),
+            ("COMMTUNE_INJECT_DELAY", &delays),
+        ],
+    );
+    let report = job.report();
+    for (marker, winner) in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"]
+        .into_iter()
+        .zip(winners)
+    {
+        let site = loop_site(&report, marker);
+        let t = tuning(site);
+        assert_eq!(
+            t["phase"], "production",
+            "{search}/{filter} {marker}: {t:#}"
+        );
+        assert_eq!(t["winner"], winner, "{search}/{filter} {marker}: {t:#}");
+        assert_eq!(
+            site["codelet"], winner,
+            "{marker}: production runs the winner"
+        );
+        assert!(t["search_instances"].as_u64().unwrap() > 0);
+        let estimates = t["codelets"].as_array().unwrap();
+        assert!(estimates.iter().any(|e| e["name"] == winner));
+    }
+}
+
+#[test]
+fn brute_with_robust_estimates_openmpi() {
+    picks_the_undelayed(OpenMpi, 4, "brute", "robust", ["ring", "pairwise", "bruck"]);
+}
+
+#[test]
+fn brute_with_minfactor_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "brute",
+        "minfactor",
+        ["binomial", "linear", "ring"],
+    );
+}
+
+#[test]
+fn brute_with_iqr_openmpi() {
+    picks_the_undelayed(OpenMpi, 4, "brute", "iqr", ["linear", "bruck", "linear"]);
+}
+
+#[test]
+fn attributes_with_robust_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "attributes",
+        "robust",
+        ["binomial", "linear_sync4", "ring"],
+    );
+}
+
+#[test]
+fn attributes_with_minfactor_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "attributes",
+        "minfactor",
+        ["rabenseifner", "pairwise_excl", "neighbor_exchange"],
+    );
+}
+
+#[test]
+fn attributes_with_iqr_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "attributes",
+        "iqr",
+        ["nonoverlapping", "linear_sync8", "recursive_doubling"],
+    );
+}
+
+#[test]
+fn racing_with_robust_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "racing",
+        "robust",
+        ["recursive_doubling", "bruck", "neighbor_exchange"],
+    );
+}
+
+#[test]
+fn racing_with_minfactor_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "racing",
+        "minfactor",
+        ["ring", "linear_sync2", "bruck"],
+    );
+}
+
+#[test]
+fn racing_with_iqr_openmpi() {
+    picks_the_undelayed(
+        OpenMpi,
+        4,
+        "racing",
+        "iqr",
+        ["linear", "pairwise", "linear"],
+    );
+}
+
+#[test]
+fn every_policy_mpich_2_ranks() {
+    picks_the_undelayed(
+        Mpich,
+        2,
+        "brute",
+        "robust",
+        ["rabenseifner", "linear", "ring"],
+    );
+    picks_the_undelayed(
+        Mpich,
+        2,
+        "attributes",
+        "minfactor",
+        ["binomial", "pairwise_excl", "bruck"],
+    );
+    picks_the_undelayed(
+        Mpich,
+        2,
+        "racing",
+        "iqr",
+        ["ring", "bruck", "neighbor_exchange"],
+    );
+}
+
+#[test]
+fn barrier_and_period_timing_openmpi() {
+    for timing in ["barrier", "period"] {
+        let mut delays = all_but("allreduce", ALLREDUCE, "ring", "2ms");
+        delays.extend(all_but("alltoall", ALLTOALL, "pairwise", "2ms"));
+        delays.extend(all_but("allgatherv", ALLGATHERV, "ring", "2ms"));
+        let delays = delays.join(",");
+        let job = tuned_loop(
+            OpenMpi,
+            4,
+            timing,
+            "200",
+            &[
+                ("COMMTUNE_TIMING", timing),
+                ("COMMTUNE_INJECT_DELAY", &delays),
+            ],
+        );
+        let report = job.report();
+        for (marker, winner) in [
+            ("SITE:allreduce", "ring"),
+            ("SITE:alltoall", "pairwise"),
+            ("SITE:allgatherv", "ring"),
+        ] {
+            assert_eq!(
+                tuning(loop_site(&report, marker))["winner"],
+                winner,
+                "{timing} {marker}"
+            );
+        }
+    }
+}
+
+#[test]
+fn native_stays_when_it_is_fastest() {
+    let delays = [
+        all_but("allreduce", ALLREDUCE, "native", "2ms"),
+        all_but("alltoall", ALLTOALL, "native", "2ms"),
+        all_but("allgatherv", ALLGATHERV, "native", "2ms"),
+    ]
+    .concat()
+    .join(",");
+    let job = tuned_loop(
+        OpenMpi,
+        4,
+        "native_best",
+        "150",
+        &[("COMMTUNE_INJECT_DELAY", &delays)],
+    );
+    let report = job.report();
+    for marker in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"] {
+        let site = loop_site(&report, marker);
+        assert_eq!(tuning(site)["winner"], "native", "{marker}");
+        assert_eq!(tuning(site)["saved_s"], 0.0);
+        assert_eq!(site["codelet"], "native");
+    }
+}
+
+#[test]
+fn no_injected_delay_completes_with_correct_results() {
+    for (flavour, np) in [(OpenMpi, 4), (Mpich, 2)] {
+        let job = tuned_loop(flavour, np, "no_delay", "150", &[]);
+        let report = job.report();
+        for marker in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"] {
+            let t = tuning(loop_site(&report, marker));
+            assert_eq!(t["phase"], "production", "{marker}: {t:#}");
+            assert!(t["winner"].is_string());
+        }
+    }
+}
+
+#[test]
+fn drift_reopens_the_search_and_moves_to_the_new_winner() {
+    // ring wins at first; from its 200th call on it is the slowest, and recursive_doubling
+    // (1 ms) beats everything else (3 ms).
+    let mut delays: Vec<String> = ALLREDUCE
+        .iter()
+        .filter(|c| !["ring", "recursive_doubling"].contains(c))
+        .map(|c| format!("allreduce:{c}=3ms"))
+        .collect();
+    delays.push("allreduce:recursive_doubling=1ms".into());
+    delays.push("allreduce:ring=6ms@200".into());
+    let job = tuned_loop(
+        OpenMpi,
+        4,
+        "drift",
+        "400",
+        &[
+            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
+            ("COMMTUNE_DRIFT_INTERVAL", "32"),
+        ],
+    );
+    let report = job.report();
+    let site = loop_site(&report, "SITE:allreduce");
+    let t = tuning(site);
+    assert_eq!(
+        t["searches"], 2,
+        "the drift watch reopened the search once: {t:#}"
+    );
+    assert_eq!(t["winner"], "recursive_doubling", "{t:#}");
+    let ring_calls = site["codelets"]["ring"].as_u64().unwrap();
+    assert!(
+        ring_calls >= 4 * 190,
+        "ring ran in production before the drift: {ring_calls}"
+    );
+}
+
+fn mismatch(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("tuner_mismatch_{}", flavour.name()));
+    let exe = compile(flavour, "mismatch.c", &dir);
+    let job = run(flavour, np, &exe, &dir)
+        .args(&["200"])
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains("mismatch: results correct"));
+    let report = job.report();
+    for marker in ["SITE:rank0", "SITE:others"] {
+        let site = site_at_line(&report, marker_line("mismatch.c", marker));
+        let t = tuning(site);
+        assert_eq!(t["phase"], "untuned", "{marker}: {t:#}");
+        assert!(
+            t["reason"]
+                .as_str()
+                .unwrap()
+                .contains("different call sites"),
+            "{marker}: {t:#}"
+        );
+        assert_eq!(
+            site["codelets"].as_object().unwrap().len(),
+            1,
+            "native only"
+        );
+    }
+    // Same line, two signatures: two sites, neither tuned.
+    let line = marker_line("mismatch.c", "SITE:signature");
+    let signature: Vec<&Value> = sites(&report)
+        .iter()
+        .filter(|s| s["line"].as_u64() == Some(line))
+        .collect();
+    assert_eq!(signature.len(), 2);
+    for site in signature {
+        assert_ne!(tuning(site)["phase"], "production");
+        assert_eq!(
+            site["codelets"].as_object().unwrap().len(),
+            1,
+            "native only"
+        );
+    }
+    let twice = site_at_line(&report, marker_line("mismatch.c", "SITE:twice"));
+    assert_eq!(tuning(twice)["phase"], "warmup");
+    assert!(
+        tuning(twice)["reason"]
+            .as_str()
+            .unwrap()
+            .contains("called 2 times")
+    );
+}
+
+#[test]
+fn mismatched_keys_stay_untuned_openmpi() {
+    mismatch(OpenMpi, 4);
+}
+
+#[test]
+fn mismatched_keys_stay_untuned_mpich() {
+    mismatch(Mpich, 2);
+}
