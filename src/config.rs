@@ -42,8 +42,9 @@ pub struct Config {
     pub mode: Mode,
     pub report: ReportTarget,
     pub verbose: u8,
-    /// Forced codelet per operation (index in the operation's registry), COMMTUNE_FORCE.
-    pub force: Vec<(Op, usize)>,
+    /// Forced codelet per operation (indexed by `Op as usize`; the codelet's index in the
+    /// operation's registry), COMMTUNE_FORCE.
+    pub force: [Option<usize>; 4],
     /// Codelets the tuner never tries, COMMTUNE_EXCLUDE.
     pub exclude: Vec<(Op, usize)>,
     pub tuning: Settings,
@@ -56,7 +57,7 @@ impl Default for Config {
             mode: Mode::Tune,
             report: ReportTarget::Default,
             verbose: 0,
-            force: Vec::new(),
+            force: [None; 4],
             exclude: Vec::new(),
             tuning: Settings::default(),
             delays: Vec::new(),
@@ -67,7 +68,7 @@ impl Default for Config {
 impl Config {
     /// The codelet COMMTUNE_FORCE names for `op`, as an index in its registry.
     pub fn forced(&self, op: Op) -> Option<usize> {
-        self.force.iter().find(|(o, _)| *o == op).map(|(_, i)| *i)
+        self.force[op as usize]
     }
 
     pub fn excluded(&self, op: Op, codelet: usize) -> bool {
@@ -100,14 +101,22 @@ const fn knob(name: &'static str, default: &'static str, accepted: &'static str)
 
 pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_MODE", "tune", "off, profile, tune"),
-    knob("COMMTUNE_REPORT", "commtune-<jobid or pid>.json", "a file path, or none"),
+    knob(
+        "COMMTUNE_REPORT",
+        "commtune-<jobid or pid>.json",
+        "a file path, or none",
+    ),
     knob("COMMTUNE_VERBOSE", "0", "0, 1, 2"),
     knob(
         "COMMTUNE_FORCE",
         "(none)",
         "op=codelet,... with op allreduce, alltoall or allgatherv (see `commtune codelets`)",
     ),
-    knob("COMMTUNE_EXCLUDE", "(none)", "op=codelet,... (native cannot be excluded)"),
+    knob(
+        "COMMTUNE_EXCLUDE",
+        "(none)",
+        "op=codelet,... (native cannot be excluded)",
+    ),
     knob("COMMTUNE_SEARCH", "racing", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
     knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
@@ -118,7 +127,11 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_MINFACTOR_B", "3", "a number > 1"),
     knob("COMMTUNE_MINFACTOR_OUTLIERS", "0.2", "a fraction in [0, 1]"),
     knob("COMMTUNE_ROBUST_NU", "5", "a number > 0"),
-    knob("COMMTUNE_DRIFT_INTERVAL", "256", "an integer from 16 to 1000000000"),
+    knob(
+        "COMMTUNE_DRIFT_INTERVAL",
+        "256",
+        "an integer from 16 to 1000000000",
+    ),
     knob("COMMTUNE_DRIFT_THRESHOLD", "0.5", "a number > 0"),
     knob(
         "COMMTUNE_INJECT_DELAY",
@@ -157,7 +170,10 @@ where
             "COMMTUNE_REPORT" => set(&mut config.report, parse_report(value)),
             "COMMTUNE_VERBOSE" => set(&mut config.verbose, number(value, 0, 2)),
             "COMMTUNE_FORCE" => {
-                config.force = codelet_list(name, value, &mut problems, true);
+                config.force = [None; 4];
+                for (op, index) in codelet_list(name, value, &mut problems, true) {
+                    config.force[op as usize] = Some(index);
+                }
                 true
             }
             "COMMTUNE_EXCLUDE" => {
@@ -176,9 +192,10 @@ where
             "COMMTUNE_BUDGET" => set(&mut t.budget, real(value, |v| v > 0.0 && v <= 1.0)),
             "COMMTUNE_MIN_GAIN" => set(&mut t.min_gain, real(value, |v| (0.0..1.0).contains(&v))),
             "COMMTUNE_MINFACTOR_B" => set(&mut minfactor_b, real(value, |v| v > 1.0)),
-            "COMMTUNE_MINFACTOR_OUTLIERS" => {
-                set(&mut minfactor_outliers, real(value, |v| (0.0..=1.0).contains(&v)))
-            }
+            "COMMTUNE_MINFACTOR_OUTLIERS" => set(
+                &mut minfactor_outliers,
+                real(value, |v| (0.0..=1.0).contains(&v)),
+            ),
             "COMMTUNE_ROBUST_NU" => set(&mut nu, real(value, |v| v > 0.0)),
             "COMMTUNE_DRIFT_INTERVAL" => {
                 set(&mut t.drift_interval, number(value, 16, 1_000_000_000))
@@ -217,7 +234,10 @@ fn number<T: std::str::FromStr + PartialOrd>(value: &str, min: T, max: T) -> Opt
 }
 
 fn real(value: &str, valid: impl Fn(f64) -> bool) -> Option<f64> {
-    value.parse::<f64>().ok().filter(|v| v.is_finite() && valid(*v))
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && valid(*v))
 }
 
 fn parse_mode(value: &str) -> Option<Mode> {
@@ -289,9 +309,9 @@ fn codelet_list(
             Some((op, codelet)) => codelet_of(op.trim(), codelet.trim()),
         };
         match parsed {
-            Ok((_, 0)) if !one_per_op => {
-                problems.push(format!("commtune: {knob}: native cannot be excluded; ignored"))
-            }
+            Ok((_, 0)) if !one_per_op => problems.push(format!(
+                "commtune: {knob}: native cannot be excluded; ignored"
+            )),
             Ok((op, index)) => {
                 if one_per_op {
                     list.retain(|(o, _)| *o != op);
@@ -346,7 +366,11 @@ fn bad_duration(item: &str) -> String {
 fn parse_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| c.is_ascii_alphabetic())?;
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.trim().parse().ok().filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
+    let value: f64 = number
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
     let seconds = match unit {
         "ns" => value * 1e-9,
         "us" => value * 1e-6,
@@ -423,7 +447,9 @@ mod tests {
         assert_eq!(c.verbose, 0);
         assert_eq!(c.tuning.budget, Settings::default().budget);
         assert_eq!(problems.len(), 3);
-        assert!(problems[0].contains("COMMTUNE_MODE") && problems[0].contains("off, profile, tune"));
+        assert!(
+            problems[0].contains("COMMTUNE_MODE") && problems[0].contains("off, profile, tune")
+        );
         assert!(problems[1].contains("COMMTUNE_VERBOSE") && problems[1].contains("0, 1, 2"));
         assert!(problems[2].contains("COMMTUNE_BUDGET") && problems[2].contains("(0, 1]"));
     }
@@ -436,7 +462,11 @@ mod tests {
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{}` |", knob.name)))
                 .unwrap_or_else(|| panic!("LD_PRELOAD.md has no row for {}", knob.name));
-            assert!(row.contains(&format!("`{}`", knob.default)), "{}: default", knob.name);
+            assert!(
+                row.contains(&format!("`{}`", knob.default)),
+                "{}: default",
+                knob.name
+            );
         }
     }
 
@@ -478,9 +508,15 @@ mod tests {
         assert!(problems[0].contains("alltoall has no codelet `nosuch`"));
         assert!(problems[1].contains("duration must be a number with ns, us, ms or s"));
         let ring = index(Op::Allreduce, "ring");
-        assert_eq!(c.delay(Op::Allreduce, 0, 0), Some(Duration::from_micros(300)));
+        assert_eq!(
+            c.delay(Op::Allreduce, 0, 0),
+            Some(Duration::from_micros(300))
+        );
         assert_eq!(c.delay(Op::Allreduce, ring, 199), None);
-        assert_eq!(c.delay(Op::Allreduce, ring, 200), Some(Duration::from_micros(1500)));
+        assert_eq!(
+            c.delay(Op::Allreduce, ring, 200),
+            Some(Duration::from_micros(1500))
+        );
         assert_eq!(c.delay(Op::Alltoall, 0, 0), None);
     }
 

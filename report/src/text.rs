@@ -44,6 +44,7 @@ pub fn summary(report: &Report, top: usize) -> String {
             site.location
         );
     }
+    tuning(&mut out, report, top);
     for site in report.sites.iter().take(top) {
         for note in &site.notes {
             let _ = writeln!(out, "  note: {}: {note}", site.location);
@@ -57,6 +58,52 @@ pub fn summary(report: &Report, top: usize) -> String {
         );
     }
     out
+}
+
+/// What the tuner did with each shown site (COMMTUNE_MODE=tune).
+fn tuning(out: &mut String, report: &Report, top: usize) {
+    let tuned: Vec<_> = report
+        .sites
+        .iter()
+        .take(top)
+        .filter_map(|s| Some((s, s.tuning.as_ref()?)))
+        .collect();
+    if tuned.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  tuning: {:<10} {:<18} {:>8} {:>10}  location / estimates or reason",
+        "phase", "winner", "searched", "saved"
+    );
+    for (site, t) in tuned {
+        let detail = match &t.reason {
+            Some(reason) => reason.clone(),
+            None => t
+                .codelets
+                .iter()
+                .map(|c| format!("{}={}", c.name, micros(c.estimate_us)))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let _ = writeln!(
+            out,
+            "          {:<10} {:<18} {:>8} {:>10}  {}: {detail}",
+            t.phase,
+            t.winner.as_deref().unwrap_or("-"),
+            t.search_instances,
+            seconds(t.saved_s),
+            site.location
+        );
+    }
+}
+
+fn seconds(s: f64) -> String {
+    if s == 0.0 {
+        "-".to_string()
+    } else {
+        micros(s * 1e6)
+    }
 }
 
 fn bytes(b: u64) -> String {

@@ -183,7 +183,7 @@ impl Tracker {
         };
         let ops = &self.ops;
         let entry = keys::entry(key, |site| describe(site, ops));
-        entry.record(elapsed, "native");
+        entry.record(elapsed, 0);
         self.reset();
     }
 }

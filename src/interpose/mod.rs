@@ -26,10 +26,7 @@ fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
         codelets::inject_delay(call, delay);
     }
     let rc = codelets::execute(call, index);
-    entry.record(
-        clock::now().saturating_sub(start),
-        C::codelets()[index].name,
-    );
+    entry.record(clock::now().saturating_sub(start), index);
     rc
 }
 

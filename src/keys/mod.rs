@@ -10,6 +10,7 @@ mod table;
 pub use table::Table;
 
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use commtune_report::{KeyData, Op, SiteData};
@@ -45,11 +46,17 @@ impl PartialEq for CallKey {
 impl Eq for CallKey {}
 
 impl Hash for CallKey {
-    /// Word by word: the derived hash feeds the array to the hasher as bytes, which is slower.
+    /// One word: the key's fields folded with rotations (one hasher round instead of seven;
+    /// a collision only costs a probe).
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_usize(self.caller);
-        state.write_u8(self.op as u8);
-        self.words.iter().for_each(|w| state.write_u64(*w));
+        let folded = self
+            .words
+            .iter()
+            .enumerate()
+            .fold(self.caller as u64 ^ ((self.op as u64) << 56), |h, (i, w)| {
+                h ^ w.rotate_left(11 * (i as u32 + 1))
+            });
+        state.write_u64(folded);
     }
 }
 
@@ -67,66 +74,25 @@ pub struct Entry {
     pub description: Description,
     /// Identifies the key across ranks (site, operation, signature): what checkpoints compare.
     pub agree_hash: u64,
-    pub tuning: Mutex<tuner::KeyTuning>,
+    pub tuner: tuner::KeyTuner,
+    /// Calls per codelet (registry index), counted without a lock.
+    calls: [AtomicU64; MAX_CODELETS],
     stats: Mutex<Stats>,
 }
 
-/// Durations in clock ticks (see `clock`). Production calls of tuned keys are only counted
-/// except for a sample that is timed; each codelet's untimed calls are estimated from its timed
-/// ones.
+/// Codelets per operation at most (alltoall has eight).
+pub const MAX_CODELETS: usize = 8;
+
+/// Timed calls, durations in clock ticks (see `clock`). Production calls of tuned keys are
+/// only counted, except one in eight that is timed; each codelet's untimed calls are estimated
+/// from its timed ones.
 struct Stats {
     min: u64,
     max: u64,
     histogram: Histogram<u32>,
-    codelets: Vec<CodeletStats>,
+    timed: [u64; MAX_CODELETS],
+    ticks: [u64; MAX_CODELETS],
     notes: Vec<String>,
-}
-
-struct CodeletStats {
-    name: &'static str,
-    calls: u64,
-    timed: u64,
-    ticks: u64,
-}
-
-impl Stats {
-    fn of(&mut self, codelet: &'static str) -> &mut CodeletStats {
-        // Codelet names are the registry's constants: comparing addresses is enough.
-        let at = match self
-            .codelets
-            .iter()
-            .position(|c| std::ptr::eq(c.name, codelet))
-        {
-            Some(at) => at,
-            None => {
-                self.codelets.push(CodeletStats {
-                    name: codelet,
-                    calls: 0,
-                    timed: 0,
-                    ticks: 0,
-                });
-                self.codelets.len() - 1
-            }
-        };
-        &mut self.codelets[at]
-    }
-
-    fn calls(&self) -> u64 {
-        self.codelets.iter().map(|c| c.calls).sum()
-    }
-
-    fn timed(&self) -> u64 {
-        self.codelets.iter().map(|c| c.timed).sum()
-    }
-
-    /// Total time of all calls, the untimed ones at their codelet's mean.
-    fn total(&self) -> u64 {
-        self.codelets
-            .iter()
-            .filter(|c| c.timed > 0)
-            .map(|c| (c.ticks as f64 * c.calls as f64 / c.timed as f64) as u64)
-            .sum()
-    }
 }
 
 /// Durations up to hours of clock ticks at 2 significant digits (about 12 KiB per key).
@@ -135,22 +101,20 @@ fn new_histogram() -> Histogram<u32> {
 }
 
 impl Entry {
-    /// Adds one call that took `ticks` and ran `codelet`.
-    pub fn record(&self, ticks: u64, codelet: &'static str) {
+    /// Adds one call that took `ticks` and ran codelet `codelet` (registry index).
+    pub fn record(&self, ticks: u64, codelet: usize) {
+        self.count(codelet);
         let Ok(mut s) = self.stats.lock() else { return };
         s.min = s.min.min(ticks);
         s.max = s.max.max(ticks);
         s.histogram.saturating_record(ticks.max(1));
-        let c = s.of(codelet);
-        c.calls += 1;
-        c.timed += 1;
-        c.ticks += ticks;
+        s.timed[codelet] += 1;
+        s.ticks[codelet] += ticks;
     }
 
-    /// Adds one call that ran `codelet` without timing it.
-    pub fn count(&self, codelet: &'static str) {
-        let Ok(mut s) = self.stats.lock() else { return };
-        s.of(codelet).calls += 1;
+    /// Adds one call of codelet `codelet` without timing it.
+    pub fn count(&self, codelet: usize) {
+        self.calls[codelet].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds a remark for the report (once per distinct text).
@@ -167,32 +131,43 @@ impl Entry {
             .stats
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let ns = |ticks: u64| (ticks as f64 * ns_per_tick).round() as u64;
+        let ns = |ticks: f64| (ticks * ns_per_tick).round() as u64;
+        let calls: Vec<u64> = self.calls.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let all: u64 = calls.iter().sum();
+        // Each codelet's untimed calls at its timed calls' mean.
+        let total: f64 = (0..MAX_CODELETS)
+            .filter(|&c| s.timed[c] > 0)
+            .map(|c| s.ticks[c] as f64 * calls[c] as f64 / s.timed[c] as f64)
+            .sum();
+        let names = codelets::names(self.op);
         KeyData {
             op: self.op,
             site: self.site.clone(),
             merge_key: self.description.merge_key.clone(),
             signature: self.description.signature.clone(),
-            calls: s.calls(),
-            bytes: s.calls() * self.description.bytes_per_call,
-            total_ns: ns(s.total()),
-            min_ns: if s.timed() == 0 { 0 } else { ns(s.min) },
-            max_ns: ns(s.max),
+            calls: all,
+            bytes: all * self.description.bytes_per_call,
+            total_ns: ns(total),
+            min_ns: if s.timed.iter().sum::<u64>() == 0 {
+                0
+            } else {
+                ns(s.min as f64)
+            },
+            max_ns: ns(s.max as f64),
             histogram: s
                 .histogram
                 .iter_recorded()
-                .map(|v| (ns(v.value_iterated_to()), v.count_at_value() as u64))
+                .map(|v| (ns(v.value_iterated_to() as f64), v.count_at_value() as u64))
                 .collect(),
-            codelets: s
-                .codelets
+            codelets: names
                 .iter()
-                .map(|c| (c.name.to_string(), c.calls))
+                .zip(&calls)
+                .filter(|(_, n)| **n > 0)
+                .map(|(name, n)| (name.to_string(), *n))
                 .collect(),
             notes: s.notes.clone(),
-            tuning: (runtime::config().mode == Mode::Tune && self.op != Op::Halo).then(|| {
-                let key = self.tuning.lock().unwrap_or_else(|p| p.into_inner());
-                tuner::report(&key, &codelets::names(self.op), ns_per_tick)
-            }),
+            tuning: (runtime::config().mode == Mode::Tune && self.op != Op::Halo)
+                .then(|| self.tuner.report(&names, ns_per_tick)),
         }
     }
 }
@@ -277,12 +252,14 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
             site,
             description,
             agree_hash,
-            tuning: Mutex::default(),
+            tuner: tuner::KeyTuner::default(),
+            calls: Default::default(),
             stats: Mutex::new(Stats {
                 min: u64::MAX,
                 max: 0,
                 histogram: new_histogram(),
-                codelets: Vec::new(),
+                timed: [0; MAX_CODELETS],
+                ticks: [0; MAX_CODELETS],
                 notes: Vec::new(),
             }),
         }))

@@ -19,20 +19,23 @@
 
 mod agree;
 mod policy;
+mod state;
 mod stats;
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
 
-use commtune_report::{CodeletEstimate, TuningData};
-
-pub use self::policy::Search;
 use self::policy::{Agreed, Candidate, Next, Plan};
+pub use self::policy::Search;
+use self::state::{
+    CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
+    comm_slot, forget, lock,
+};
+pub use self::state::KeyTuner;
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
-use crate::keys::{Entry, Table};
-use crate::mpi::{self, Comm, HandleBits};
+use crate::keys::Entry;
+use crate::mpi::{self, Comm};
 use crate::{clock, runtime};
 
 /// How search samples are timed (COMMTUNE_TIMING).
@@ -91,141 +94,9 @@ const DRIFT_STRIKES: u32 = 2;
 const MAX_REOPEN: u32 = 3;
 /// Checkpoints finding different keys on different ranks before a key is given up.
 const MAX_DISAGREEMENTS: u32 = 2;
-/// Bounds of the spacing of checkpoints, in collective instances of the communicator.
-const MIN_INTERVAL: u64 = 4;
-const MAX_INTERVAL: u64 = 1024;
 /// A search whose key is not called for this many instances of its communicator ends with the
 /// best codelet so far, so that the communicator's other keys get their turn.
 const STALL: u64 = 4096;
-
-/// The state of one communicator (one lifetime of a handle: `epoch`).
-struct CommTuning {
-    epoch: u64,
-    /// Collective instances on the communicator so far: the same count on every rank.
-    instance: u64,
-    next_check: u64,
-    interval: u64,
-    checks: u64,
-    /// More than one rank and an intra-communicator (decided at first use).
-    tunable: Option<bool>,
-    private: Option<Comm>,
-    /// The key being searched, and the instance of its latest call.
-    active: Option<(&'static Entry, u64)>,
-}
-
-static EPOCHS: AtomicU64 = AtomicU64::new(1);
-
-impl CommTuning {
-    fn new() -> CommTuning {
-        CommTuning {
-            epoch: EPOCHS.fetch_add(1, Ordering::Relaxed),
-            instance: 0,
-            next_check: MIN_INTERVAL,
-            interval: MIN_INTERVAL,
-            checks: 0,
-            tunable: None,
-            private: None,
-            active: None,
-        }
-    }
-
-    /// The next checkpoint: `interval` with a deterministic jitter, so that checkpoints do not
-    /// keep landing on the same key of a repeating pattern of several keys.
-    fn schedule_check(&mut self, now: u64) {
-        self.checks += 1;
-        let mut x = self.checks.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^= x >> 31;
-        self.next_check = now + 1 + x % self.interval;
-    }
-
-    fn is_active(&self, entry: &Entry) -> bool {
-        self.active.is_some_and(|(e, _)| std::ptr::eq(e, entry))
-    }
-}
-
-struct CommSlot {
-    state: Mutex<CommTuning>,
-}
-
-static COMMS: LazyLock<Table<usize, CommSlot>> = LazyLock::new(|| Table::new(1 << 12));
-
-/// The application freed a communicator: its handle may come back for another one.
-fn forget(bits: usize) {
-    if let Some(slot) = COMMS.get(&bits) {
-        *lock(&slot.state) = CommTuning::new();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// One key's tuning state (held by its `keys::Entry`).
-pub struct KeyTuning {
-    epoch: u64,
-    /// Calls of the key in this epoch of its communicator.
-    instances: u64,
-    phase: Phase,
-    disagreements: u32,
-    reopened: u32,
-    searches: u32,
-    /// Instances run as part of a search, all searches together.
-    searched: u64,
-    production_calls: u64,
-    /// Clock ticks of all timed calls (the budget's denominator).
-    ticks: u64,
-    /// The latest decided search (for the report).
-    decided: Option<Plan>,
-    reason: Option<&'static str>,
-}
-
-enum Phase {
-    Warmup,
-    Searching(Box<SearchState>),
-    Production(Production),
-    Untuned,
-}
-
-struct Production {
-    winner: usize,
-    /// Key instance of the decision (drift checks count from it).
-    since: u64,
-    /// Sampled durations since the last drift check, and the first window's median.
-    window: Vec<u64>,
-    baseline: Option<f64>,
-    strikes: u32,
-}
-
-struct SearchState {
-    plan: Plan,
-    /// Registry indices of this round's instances, and the position in it.
-    schedule: Vec<usize>,
-    position: usize,
-    /// Samples per registry index.
-    samples: Vec<(usize, Vec<f64>)>,
-    /// Ticks spent per registry index (for the budget).
-    spent: Vec<(usize, u64)>,
-    /// Period timing: the instance waiting for the next entry to end its sample.
-    pending: Option<(u64, usize, bool)>,
-}
-
-impl Default for KeyTuning {
-    fn default() -> Self {
-        KeyTuning {
-            epoch: 0,
-            instances: 0,
-            phase: Phase::Warmup,
-            disagreements: 0,
-            reopened: 0,
-            searches: 0,
-            searched: 0,
-            production_calls: 0,
-            ticks: 0,
-            decided: None,
-            reason: None,
-        }
-    }
-}
 
 /// What to run for one call and how to measure it.
 struct Step {
@@ -244,44 +115,88 @@ enum Measure {
     Counted,
 }
 
+impl Step {
+    fn native(measure: Measure) -> Step {
+        Step {
+            codelet: 0,
+            barrier: None,
+            measure,
+        }
+    }
+}
+
+/// One call in eight is timed once a key has settled.
+fn sampled(call_number: u64) -> Measure {
+    if call_number % SAMPLE_EVERY == 0 {
+        Measure::Timed
+    } else {
+        Measure::Counted
+    }
+}
+
 /// Runs one call of a tunable key.
 pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
-    let step = step_for(call, entry);
-    let start = clock::now();
+    let tuner = &entry.tuner;
+    let step = match tuner.comm.get().copied().or_else(|| {
+        let slot = comm_slot(call.comm())?;
+        Some(*tuner.comm.get_or_init(|| slot))
+    }) {
+        None => Step::native(Measure::Timed),
+        Some(slot) => {
+            let n = slot.instance.fetch_add(1, Ordering::Relaxed);
+            let k = tuner.instances.fetch_add(1, Ordering::Relaxed) + 1;
+            let settled = tuner.settled.load(Ordering::Relaxed);
+            // The settled path: every input is the same on every rank at this instance.
+            if settled != 0
+                && k < tuner.drift_at.load(Ordering::Relaxed)
+                && (slot.searching.load(Ordering::Relaxed)
+                    || n < slot.next_check.load(Ordering::Relaxed))
+                && tuner.epoch.load(Ordering::Relaxed) == slot.epoch.load(Ordering::Relaxed)
+            {
+                Step {
+                    codelet: settled as usize - 1,
+                    barrier: None,
+                    measure: sampled(k),
+                }
+            } else {
+                slow_step(call, entry, slot, n, k)
+            }
+        }
+    };
+    let config = runtime::config();
+    let timed = step.measure != Measure::Counted;
+    let start = if timed { clock::now() } else { 0 };
     if let Some(comm) = step.barrier {
         let _ = comm.barrier();
     }
-    let config = runtime::config();
     if !config.delays.is_empty() {
-        // Before the codelet: a late wake-up is absorbed by this collective, not the next one.
-        let instance = lock(&entry.tuning).instances;
+        let instance = tuner.instances.load(Ordering::Relaxed);
         if let Some(delay) = config.delay(C::OP, step.codelet, instance) {
             codelets::inject_delay(call, delay);
         }
     }
     let rc = codelets::execute(call, step.codelet);
-    let ticks = clock::now().saturating_sub(start);
-    let name = C::codelets()[step.codelet].name;
-    if step.measure == Measure::Counted {
-        entry.count(name);
+    if timed {
+        let ticks = clock::now().saturating_sub(start);
+        entry.record(ticks, step.codelet);
+        measured(entry, &step, start, ticks);
     } else {
-        entry.record(ticks, name);
-        measured(entry, step, start, ticks);
+        entry.count(step.codelet);
     }
     rc
 }
 
 /// Books a measured call into the key's search or drift window.
-fn measured(entry: &Entry, step: Step, start: u64, ticks: u64) {
-    let mut key = lock(&entry.tuning);
+fn measured(entry: &Entry, step: &Step, start: u64, ticks: u64) {
+    let mut key = lock(&entry.tuner.state);
     key.ticks += ticks;
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search { sample }) => {
-            add(&mut s.spent, step.codelet, ticks);
+            s.add_spent(step.codelet, ticks);
             if runtime::config().tuning.timing == Timing::Period {
                 s.pending = Some((start, step.codelet, sample));
             } else if sample {
-                sample_of(&mut s.samples, step.codelet).push(ticks as f64);
+                s.samples_of(step.codelet).push(ticks as f64);
             }
         }
         (Phase::Production(p), Measure::Timed) => p.window.push(ticks),
@@ -289,196 +204,166 @@ fn measured(entry: &Entry, step: Step, start: u64, ticks: u64) {
     }
 }
 
-fn add(totals: &mut Vec<(usize, u64)>, codelet: usize, ticks: u64) {
-    match totals.iter_mut().find(|(i, _)| *i == codelet) {
-        Some((_, t)) => *t += ticks,
-        None => totals.push((codelet, ticks)),
-    }
-}
-
-fn sample_of(samples: &mut Vec<(usize, Vec<f64>)>, codelet: usize) -> &mut Vec<f64> {
-    let at = match samples.iter().position(|(i, _)| *i == codelet) {
-        Some(at) => at,
-        None => {
-            samples.push((codelet, Vec::new()));
-            samples.len() - 1
-        }
-    };
-    &mut samples[at].1
-}
-
-/// Decides what this call runs, taking the communicator-wide decisions due at this instance.
-fn step_for<C: Operation>(call: &C, entry: &'static Entry) -> Step {
-    let native = Step {
-        codelet: 0,
-        barrier: None,
-        measure: Measure::Timed,
-    };
-    let user = call.comm();
-    let slot = match COMMS.get(&user.bits()) {
-        Some(slot) => slot,
-        None => match COMMS.insert(
-            user.bits(),
-            CommSlot {
-                state: Mutex::new(CommTuning::new()),
-            },
-        ) {
-            Some(slot) => slot,
-            None => return native,
-        },
-    };
+/// Call `k` of `entry`'s key, instance `n` of its communicator, off the settled path: warm-up,
+/// checkpoints, search steps, drift checks, a new communicator epoch.
+fn slow_step<C: Operation>(
+    call: &C,
+    entry: &'static Entry,
+    slot: &'static CommSlot,
+    n: u64,
+    k: u64,
+) -> Step {
     let mut comm = lock(&slot.state);
+    let mut key = lock(&entry.tuner.state);
+    let epoch = slot.epoch.load(Ordering::Relaxed);
+    let k = if entry.tuner.epoch.load(Ordering::Relaxed) == epoch {
+        k
+    } else {
+        entry.tuner.restart(&mut key, epoch);
+        1
+    };
     let tunable = *comm.tunable.get_or_insert_with(|| {
+        let user = call.comm();
         mpi::comm_size(user) > 1 && !mpi::is_intercomm(user) && mpi::watch(user, forget).is_ok()
     });
-    let mut key = lock(&entry.tuning);
-    if key.epoch != comm.epoch {
-        *key = KeyTuning {
-            epoch: comm.epoch,
-            ..KeyTuning::default()
-        };
-    }
-    key.instances += 1;
-    let n = comm.instance;
-    comm.instance += 1;
     if !tunable {
+        slot.disable(&mut comm);
         key.reason = Some("a communicator of one rank or an intercommunicator");
-        return native;
+        entry.tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
+        return Step::native(sampled(k));
     }
-    end_stalled_search(&mut comm, entry, n);
+    end_stalled_search(slot, &mut comm, entry, n);
     if comm.is_active(entry) {
-        comm.active = Some((entry, n));
-        return search_step(&mut comm, &mut key, entry, n);
+        slot.set_active(&mut comm, Some((entry, n)));
+        return search_step(slot, &mut comm, &mut key, entry, n, k);
     }
-    if comm.active.is_none() && n >= comm.next_check {
-        checkpoint(call, entry, &mut comm, &mut key, n);
+    if comm.active.is_none() && n >= slot.next_check.load(Ordering::Relaxed) {
+        checkpoint(call, entry, slot, &mut comm, &mut key, n, k);
         if comm.is_active(entry) {
-            return search_step(&mut comm, &mut key, entry, n);
+            return search_step(slot, &mut comm, &mut key, entry, n, k);
         }
     }
-    settled_step(&mut comm, &mut key, entry, call, n)
+    if k >= entry.tuner.drift_at.load(Ordering::Relaxed) && comm.active.is_none() {
+        if let Some(step) = drift_check(call, entry, slot, &mut comm, &mut key, n, k) {
+            return step;
+        }
+    }
+    match &key.phase {
+        Phase::Production(p) => Step {
+            codelet: p.winner,
+            barrier: None,
+            measure: sampled(k),
+        },
+        Phase::Untuned => Step::native(sampled(k)),
+        _ => Step::native(Measure::Timed),
+    }
 }
 
-/// The step of a key that is not being searched: warm-up, production or untuned.
-fn settled_step<C: Operation>(
+/// A drift check of a key in production (every rank is at the same call of it). Returns the
+/// search step when the search reopens.
+fn drift_check<C: Operation>(
+    call: &C,
+    entry: &'static Entry,
+    slot: &'static CommSlot,
     comm: &mut CommTuning,
     key: &mut KeyTuning,
-    entry: &'static Entry,
-    call: &C,
     n: u64,
-) -> Step {
+    k: u64,
+) -> Option<Step> {
     let settings = runtime::config().tuning;
-    let instances = key.instances;
     let Phase::Production(p) = &mut key.phase else {
-        return Step {
-            codelet: 0,
-            barrier: None,
-            measure: Measure::Timed,
-        };
+        return None;
     };
-    let (winner, since) = (p.winner, p.since);
-    let due = instances > since && (instances - since) % settings.drift_interval == 0;
-    if due && comm.active.is_none() {
-        if let (Some(private), Some(ratio)) = (comm.private, drift_ratio(p)) {
-            let reopen = match agree::drift(&private, ratio) {
-                Ok(worst) if worst > 1.0 + settings.drift_threshold => {
-                    p.strikes += 1;
-                    p.strikes >= DRIFT_STRIKES
-                }
-                Ok(_) => {
-                    p.strikes = 0;
-                    false
-                }
-                Err(_) => false,
-            };
-            if reopen && key.reopened < MAX_REOPEN {
-                key.reopened += 1;
-                if start_search(call, comm, key, entry, n) {
-                    return search_step(comm, key, entry, n);
-                }
-            }
-        }
+    entry
+        .tuner
+        .drift_at
+        .store(k + settings.drift_interval, Ordering::Relaxed);
+    let ratio = drift_ratio(p);
+    let worst = agree::drift(&comm.private?, ratio).ok()?;
+    if worst > 1.0 + settings.drift_threshold {
+        p.strikes += 1;
+    } else {
+        p.strikes = 0;
     }
-    key.production_calls += 1;
-    Step {
-        codelet: winner,
-        barrier: None,
-        measure: if instances % SAMPLE_EVERY == 0 {
-            Measure::Timed
-        } else {
-            Measure::Counted
-        },
+    trace(entry, || format!("drift check: worst ratio {worst:.2}, strikes {}", p.strikes));
+    if p.strikes < DRIFT_STRIKES || key.reopened >= MAX_REOPEN {
+        return None;
     }
+    key.reopened += 1;
+    start_search(call, entry, slot, comm, key, n, k)
+        .then(|| search_step(slot, comm, key, entry, n, k))
 }
 
-/// The window's median over the baseline (the first window's median); None for the first.
-fn drift_ratio(p: &mut Production) -> Option<f64> {
+/// The window's median over the baseline (the first window's median).
+fn drift_ratio(p: &mut Production) -> f64 {
     let mut window = std::mem::take(&mut p.window);
     if window.is_empty() {
-        return Some(1.0);
+        return 1.0;
     }
     window.sort_unstable();
     let median = window[window.len() / 2] as f64;
     match p.baseline {
-        Some(base) if base > 0.0 => Some(median / base),
+        Some(base) if base > 0.0 => median / base,
         _ => {
             p.baseline = Some(median);
-            Some(1.0)
+            1.0
         }
     }
 }
 
 /// A checkpoint: every rank is at communicator instance `n`.
+#[allow(clippy::too_many_arguments)]
 fn checkpoint<C: Operation>(
     call: &C,
     entry: &'static Entry,
+    slot: &'static CommSlot,
     comm: &mut CommTuning,
     key: &mut KeyTuning,
     n: u64,
+    k: u64,
 ) {
     let settings = runtime::config().tuning;
     let private = match comm.private {
         Some(p) => p,
         None => match mpi::private_comm(call.comm()) {
             Ok(p) => *comm.private.insert(p),
-            Err(_) => {
-                comm.tunable = Some(false);
-                return;
-            }
+            Err(_) => return slot.disable(comm),
         },
     };
-    let ready = matches!(key.phase, Phase::Warmup) && key.instances >= settings.warmup;
-    let outcome = agree::checkpoint(&private, ready.then_some(entry.agree_hash));
-    match outcome {
+    let ready = matches!(key.phase, Phase::Warmup) && k >= settings.warmup;
+    match agree::checkpoint(&private, ready.then_some(entry.agree_hash)) {
         Ok(agree::Checkpoint::Agreed) => {
             comm.interval = MIN_INTERVAL;
-            start_search(call, comm, key, entry, n);
+            start_search(call, entry, slot, comm, key, n, k);
         }
         Ok(agree::Checkpoint::Disagreed) => {
             comm.interval = MIN_INTERVAL;
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {
-                key.phase = Phase::Untuned;
                 key.reason = Some(
                     "ranks reach this call from different call sites or with different signatures",
                 );
+                entry.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
         }
         Ok(agree::Checkpoint::Partial) => comm.interval = MIN_INTERVAL,
         Ok(agree::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
-        Err(_) => comm.tunable = Some(false),
+        Err(_) => return slot.disable(comm),
     }
-    comm.schedule_check(n);
+    slot.schedule_check(comm, n);
 }
 
-/// Starts (or restarts) the search of `entry`'s key at this instance; false when only native
-/// can run the call (the key then stays native).
+/// Starts (or restarts) the search of `entry`'s key at this call; false when only native can
+/// run the call (the key then settles on native).
+#[allow(clippy::too_many_arguments)]
 fn start_search<C: Operation>(
     call: &C,
+    entry: &'static Entry,
+    slot: &'static CommSlot,
     comm: &mut CommTuning,
     key: &mut KeyTuning,
-    entry: &'static Entry,
     n: u64,
+    k: u64,
 ) -> bool {
     let config = runtime::config();
     let facts = call.facts();
@@ -493,8 +378,10 @@ fn start_search<C: Operation>(
         })
         .collect();
     if candidates.len() <= 1 {
-        key.phase = Phase::Production(production(0, key.instances));
         key.reason = Some("no codelet but native applies");
+        entry
+            .tuner
+            .settle(key, 0, Phase::Production(Production::new(0, k)), u64::MAX);
         return false;
     }
     let plan = Plan::new(config.tuning.search, candidates, config.tuning.samples);
@@ -509,18 +396,9 @@ fn start_search<C: Operation>(
     }));
     key.reason = None;
     key.searches += 1;
-    comm.active = Some((entry, n));
+    entry.tuner.unsettle();
+    slot.set_active(comm, Some((entry, n)));
     true
-}
-
-fn production(winner: usize, since: u64) -> Production {
-    Production {
-        winner,
-        since,
-        window: Vec::new(),
-        baseline: None,
-        strikes: 0,
-    }
 }
 
 /// One round: every candidate once (twice in a row with period timing, the first discarded).
@@ -536,20 +414,23 @@ fn schedule(plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
-/// The next instance of the key being searched.
-fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, entry: &Entry, n: u64) -> Step {
+/// Call `k` of the key being searched.
+fn search_step(
+    slot: &CommSlot,
+    comm: &mut CommTuning,
+    key: &mut KeyTuning,
+    entry: &Entry,
+    n: u64,
+    k: u64,
+) -> Step {
     let settings = runtime::config().tuning;
     let now = clock::now();
     let Phase::Searching(s) = &mut key.phase else {
-        return Step {
-            codelet: 0,
-            barrier: None,
-            measure: Measure::Timed,
-        };
+        return Step::native(Measure::Timed);
     };
     if let Some((start, codelet, keep)) = s.pending.take() {
         if keep {
-            sample_of(&mut s.samples, codelet).push(now.saturating_sub(start) as f64);
+            s.samples_of(codelet).push(now.saturating_sub(start) as f64);
         }
     }
     if s.position == s.schedule.len() {
@@ -581,19 +462,17 @@ fn search_step(comm: &mut CommTuning, key: &mut KeyTuning, entry: &Entry, n: u64
                 s.position = 0;
             }
             Next::Decide(winner) => {
-                trace(entry, || {
-                    format!("decided {}", codelets::names(entry.op)[winner])
-                });
-                let Phase::Searching(done) = std::mem::replace(
-                    &mut key.phase,
-                    Phase::Production(production(winner, key.instances)),
-                ) else {
-                    unreachable!("matched Searching above")
-                };
-                key.decided = Some(done.plan);
-                comm.active = None;
-                comm.next_check = n + 1;
-                key.production_calls += 1;
+                trace(entry, || format!("decided {}", codelets::names(entry.op)[winner]));
+                let phase = Phase::Production(Production::new(winner, k));
+                if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned)
+                {
+                    key.decided = Some(done.plan);
+                }
+                entry
+                    .tuner
+                    .settle(key, winner, phase, k + settings.drift_interval);
+                slot.set_active(comm, None);
+                slot.next_check.store(n + 1, Ordering::Relaxed);
                 return Step {
                     codelet: winner,
                     barrier: None,
@@ -632,21 +511,14 @@ fn trace(entry: &Entry, line: impl FnOnce() -> String) {
     }
 }
 
-/// `name=estimate±error` in microseconds of clock ticks, for traces.
+/// `name=estimate±error` in microseconds, for traces.
 fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> String {
     let names = codelets::names(entry.op);
     let us = clock::ns_per_tick() * 1e-3;
     candidates
         .iter()
         .zip(values)
-        .map(|(c, v)| {
-            format!(
-                "{}={:.0}±{:.0}",
-                names[c.index],
-                v.location * us,
-                v.error * us
-            )
-        })
+        .map(|(c, v)| format!("{}={:.0}±{:.0}", names[c.index], v.location * us, v.error * us))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -688,82 +560,29 @@ fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
     }
 }
 
-/// Ends the active search if its key stopped being called (same outcome on every rank: the
+/// Ends the active search if its key stopped being called (the same outcome on every rank: the
 /// instance counts are shared).
-fn end_stalled_search(comm: &mut CommTuning, entry: &Entry, n: u64) {
+fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, entry: &Entry, n: u64) {
     let Some((active, last)) = comm.active else {
         return;
     };
     if std::ptr::eq(active, entry) || n - last < STALL {
         return;
     }
-    let mut other = lock(&active.tuning);
+    let mut other = lock(&active.tuner.state);
+    let k = active.tuner.instances.load(Ordering::Relaxed);
     let winner = match &other.phase {
         Phase::Searching(s) => s.plan.winner(runtime::config().tuning.min_gain),
         _ => 0,
     };
-    let instances = other.instances;
-    if let Phase::Searching(s) = std::mem::replace(
-        &mut other.phase,
-        Phase::Production(production(winner, instances)),
-    ) {
+    if let Phase::Searching(s) = std::mem::replace(&mut other.phase, Phase::Untuned) {
         other.decided = Some(s.plan);
     }
     other.reason = Some("search ended early: the call stopped repeating");
-    comm.active = None;
-    comm.next_check = n + 1;
-}
-
-/// The key's tuning as the report shows it (`names`: the operation's codelets; durations
-/// converted with `ns_per_tick`).
-pub fn report(key: &KeyTuning, names: &[&str], ns_per_tick: f64) -> TuningData {
-    let warmup = runtime::config().tuning.warmup;
-    let (phase, winner) = match &key.phase {
-        Phase::Warmup => ("warmup", None),
-        Phase::Searching(_) => ("search", None),
-        Phase::Production(p) => ("production", Some(p.winner)),
-        Phase::Untuned => ("untuned", None),
-    };
-    let reason = key.reason.map(String::from).or_else(|| match key.phase {
-        Phase::Warmup if key.instances < warmup => Some(format!(
-            "called {} times, fewer than COMMTUNE_WARMUP={warmup}",
-            key.instances
-        )),
-        Phase::Warmup => Some("no checkpoint found every rank at this call".to_string()),
-        _ => None,
-    });
-    let plan = match &key.phase {
-        Phase::Searching(s) => Some(&s.plan),
-        _ => key.decided.as_ref(),
-    };
-    let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
-    let codelets = plan.map_or_else(Vec::new, |plan| {
-        plan.estimates
-            .iter()
-            .map(|(i, e)| CodeletEstimate {
-                name: names[*i].to_string(),
-                estimate_us: us(e.location),
-                error_us: us(e.error),
-            })
-            .collect()
-    });
-    let saved_s = match (winner, plan) {
-        (Some(w), Some(plan)) if w != 0 => match (plan.estimate(0), plan.estimate(w)) {
-            (Some(native), Some(best)) => {
-                (native.location - best.location) * key.production_calls as f64 * ns_per_tick * 1e-9
-            }
-            _ => 0.0,
-        },
-        _ => 0.0,
-    };
-    TuningData {
-        phase: phase.to_string(),
-        reason,
-        winner: winner.map(|w| names[w].to_string()),
-        search_instances: key.searched,
-        searches: key.searches,
-        rounds: plan.map_or(0, |p| p.rounds),
-        codelets,
-        saved_s,
-    }
+    let drift_at = k + runtime::config().tuning.drift_interval;
+    active
+        .tuner
+        .settle(&mut other, winner, Phase::Production(Production::new(winner, k)), drift_at);
+    slot.set_active(comm, None);
+    slot.next_check.store(n + 1, Ordering::Relaxed);
 }

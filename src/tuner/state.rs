@@ -1,0 +1,304 @@
+//! What the tuner remembers per communicator and per key. The settled path reads only atomics;
+//! everything else changes under the communicator's or the key's lock, in the slow path.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
+
+use commtune_report::{CodeletEstimate, TuningData};
+
+use super::policy::Plan;
+use crate::keys::{Entry, Table};
+use crate::mpi::{Comm, HandleBits, MPI_Comm};
+use crate::runtime;
+
+/// Bounds of the spacing of checkpoints, in collective instances of the communicator.
+pub const MIN_INTERVAL: u64 = 4;
+pub const MAX_INTERVAL: u64 = 1024;
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One communicator handle. `epoch` changes when the application frees the communicator, so a
+/// handle value reused for another communicator starts afresh (and so do its keys).
+pub struct CommSlot {
+    pub epoch: AtomicU64,
+    /// Collective instances on the communicator so far: the same count on every rank.
+    pub instance: AtomicU64,
+    /// The instance of the next checkpoint (u64::MAX: never).
+    pub next_check: AtomicU64,
+    /// A key of this communicator is being searched (checkpoints wait).
+    pub searching: AtomicBool,
+    pub state: Mutex<CommTuning>,
+}
+
+pub struct CommTuning {
+    pub interval: u64,
+    pub checks: u64,
+    /// More than one rank and an intra-communicator (decided at first use).
+    pub tunable: Option<bool>,
+    pub private: Option<Comm>,
+    /// The key being searched, and the communicator instance of its latest call.
+    pub active: Option<(&'static Entry, u64)>,
+}
+
+static EPOCHS: AtomicU64 = AtomicU64::new(1);
+
+impl CommTuning {
+    fn new() -> CommTuning {
+        CommTuning {
+            interval: MIN_INTERVAL,
+            checks: 0,
+            tunable: None,
+            private: None,
+            active: None,
+        }
+    }
+
+    pub fn is_active(&self, entry: &Entry) -> bool {
+        self.active.is_some_and(|(e, _)| std::ptr::eq(e, entry))
+    }
+}
+
+impl CommSlot {
+    fn new() -> CommSlot {
+        CommSlot {
+            epoch: AtomicU64::new(EPOCHS.fetch_add(1, Ordering::Relaxed)),
+            instance: AtomicU64::new(0),
+            next_check: AtomicU64::new(MIN_INTERVAL),
+            searching: AtomicBool::new(false),
+            state: Mutex::new(CommTuning::new()),
+        }
+    }
+
+    /// Schedules the next checkpoint after instance `now`: `interval` with a deterministic
+    /// jitter, so that checkpoints do not keep landing on the same key of a repeating pattern.
+    pub fn schedule_check(&self, comm: &mut CommTuning, now: u64) {
+        comm.checks += 1;
+        let mut x = comm.checks.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^= x >> 31;
+        self.next_check
+            .store(now + 1 + x % comm.interval, Ordering::Relaxed);
+    }
+
+    /// Starts or ends the search of `active` (None: no search).
+    pub fn set_active(&self, comm: &mut CommTuning, active: Option<(&'static Entry, u64)>) {
+        comm.active = active;
+        self.searching.store(active.is_some(), Ordering::Relaxed);
+    }
+
+    /// The communicator never tunes (one rank, intercommunicator, or an error).
+    pub fn disable(&self, comm: &mut CommTuning) {
+        comm.tunable = Some(false);
+        self.next_check.store(u64::MAX, Ordering::Relaxed);
+    }
+}
+
+static COMMS: LazyLock<Table<usize, CommSlot>> = LazyLock::new(|| Table::new(1 << 12));
+
+/// The slot of `comm` (None only when the table is full: such communicators stay native).
+pub fn comm_slot(comm: MPI_Comm) -> Option<&'static CommSlot> {
+    let bits = comm.bits();
+    COMMS.get(&bits).or_else(|| COMMS.insert(bits, CommSlot::new()))
+}
+
+/// The application freed a communicator: its handle may come back for another one.
+pub fn forget(bits: usize) {
+    if let Some(slot) = COMMS.get(&bits) {
+        let mut comm = lock(&slot.state);
+        *comm = CommTuning::new();
+        slot.instance.store(0, Ordering::Relaxed);
+        slot.next_check.store(MIN_INTERVAL, Ordering::Relaxed);
+        slot.searching.store(false, Ordering::Relaxed);
+        slot.epoch
+            .store(EPOCHS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// A key's tuner: what the settled path reads without a lock, and the rest under one.
+pub struct KeyTuner {
+    /// The communicator epoch this state belongs to.
+    pub epoch: AtomicU64,
+    /// Calls of the key in this epoch.
+    pub instances: AtomicU64,
+    /// The codelet every call runs from now on, plus one (0: not settled, take the slow path).
+    pub settled: AtomicU64,
+    /// The call number of the next drift check (u64::MAX: none).
+    pub drift_at: AtomicU64,
+    pub comm: OnceLock<&'static CommSlot>,
+    pub state: Mutex<KeyTuning>,
+}
+
+impl Default for KeyTuner {
+    fn default() -> Self {
+        KeyTuner {
+            epoch: AtomicU64::new(0),
+            instances: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            drift_at: AtomicU64::new(u64::MAX),
+            comm: OnceLock::new(),
+            state: Mutex::new(KeyTuning::default()),
+        }
+    }
+}
+
+impl KeyTuner {
+    /// From now on every call runs `codelet`, with a drift check at call `drift_at`.
+    pub fn settle(&self, key: &mut KeyTuning, codelet: usize, phase: Phase, drift_at: u64) {
+        key.phase = phase;
+        self.settled.store(codelet as u64 + 1, Ordering::Relaxed);
+        self.drift_at.store(drift_at, Ordering::Relaxed);
+    }
+
+    /// Back to the slow path (a search starts).
+    pub fn unsettle(&self) {
+        self.settled.store(0, Ordering::Relaxed);
+        self.drift_at.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// A fresh state for a new epoch of the communicator, this call being the first.
+    pub fn restart(&self, key: &mut KeyTuning, epoch: u64) {
+        *key = KeyTuning::default();
+        self.epoch.store(epoch, Ordering::Relaxed);
+        self.instances.store(1, Ordering::Relaxed);
+        self.unsettle();
+    }
+
+    /// The key's tuning as the report shows it (`names`: the operation's codelets; durations
+    /// converted with `ns_per_tick`).
+    pub fn report(&self, names: &[&str], ns_per_tick: f64) -> TuningData {
+        let key = lock(&self.state);
+        let instances = self.instances.load(Ordering::Relaxed);
+        let warmup = runtime::config().tuning.warmup;
+        let (phase, winner) = match &key.phase {
+            Phase::Warmup => ("warmup", None),
+            Phase::Searching(_) => ("search", None),
+            Phase::Production(p) => ("production", Some(p.winner)),
+            Phase::Untuned => ("untuned", None),
+        };
+        let reason = key.reason.map(String::from).or_else(|| match key.phase {
+            Phase::Warmup if instances < warmup => Some(format!(
+                "called {instances} times, fewer than COMMTUNE_WARMUP={warmup}"
+            )),
+            Phase::Warmup => Some("no checkpoint found every rank at this call".to_string()),
+            _ => None,
+        });
+        let plan = match &key.phase {
+            Phase::Searching(s) => Some(&s.plan),
+            _ => key.decided.as_ref(),
+        };
+        let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
+        let codelets = plan.map_or_else(Vec::new, |plan| {
+            plan.estimates
+                .iter()
+                .map(|(i, e)| CodeletEstimate {
+                    name: names[*i].to_string(),
+                    estimate_us: us(e.location),
+                    error_us: us(e.error),
+                })
+                .collect()
+        });
+        let saved_s = match (&key.phase, plan) {
+            (Phase::Production(p), Some(plan)) if p.winner != 0 => {
+                match (plan.estimate(0), plan.estimate(p.winner)) {
+                    (Some(native), Some(best)) => {
+                        let calls = instances.saturating_sub(p.since) as f64;
+                        (native.location - best.location) * calls * ns_per_tick * 1e-9
+                    }
+                    _ => 0.0,
+                }
+            }
+            _ => 0.0,
+        };
+        TuningData {
+            phase: phase.to_string(),
+            reason,
+            winner: winner.map(|w| names[w].to_string()),
+            search_instances: key.searched,
+            searches: key.searches,
+            rounds: plan.map_or(0, |p| p.rounds),
+            codelets,
+            saved_s,
+        }
+    }
+}
+
+/// One key's tuning state in its communicator's current epoch.
+#[derive(Default)]
+pub struct KeyTuning {
+    pub phase: Phase,
+    pub disagreements: u32,
+    pub reopened: u32,
+    pub searches: u32,
+    /// Instances run as part of a search, all searches together.
+    pub searched: u64,
+    /// Clock ticks of all timed calls (the budget's denominator).
+    pub ticks: u64,
+    /// The latest decided search (for the report).
+    pub decided: Option<Plan>,
+    pub reason: Option<&'static str>,
+}
+
+#[derive(Default)]
+pub enum Phase {
+    #[default]
+    Warmup,
+    Searching(Box<SearchState>),
+    Production(Production),
+    Untuned,
+}
+
+pub struct Production {
+    pub winner: usize,
+    /// Call number of the decision.
+    pub since: u64,
+    /// Sampled durations since the last drift check, and the first window's median.
+    pub window: Vec<u64>,
+    pub baseline: Option<f64>,
+    pub strikes: u32,
+}
+
+impl Production {
+    pub fn new(winner: usize, since: u64) -> Production {
+        Production {
+            winner,
+            since,
+            window: Vec::new(),
+            baseline: None,
+            strikes: 0,
+        }
+    }
+}
+
+pub struct SearchState {
+    pub plan: Plan,
+    /// Registry indices of this round's instances, and the position in it.
+    pub schedule: Vec<usize>,
+    pub position: usize,
+    /// Samples per registry index.
+    pub samples: Vec<(usize, Vec<f64>)>,
+    /// Ticks spent per registry index (for the budget).
+    pub spent: Vec<(usize, u64)>,
+    /// Period timing: the instance waiting for the next entry to end its sample.
+    pub pending: Option<(u64, usize, bool)>,
+}
+
+impl SearchState {
+    pub fn samples_of(&mut self, codelet: usize) -> &mut Vec<f64> {
+        let at = match self.samples.iter().position(|(i, _)| *i == codelet) {
+            Some(at) => at,
+            None => {
+                self.samples.push((codelet, Vec::new()));
+                self.samples.len() - 1
+            }
+        };
+        &mut self.samples[at].1
+    }
+
+    pub fn add_spent(&mut self, codelet: usize, ticks: u64) {
+        match self.spent.iter_mut().find(|(i, _)| *i == codelet) {
+            Some((_, t)) => *t += ticks,
+            None => self.spent.push((codelet, ticks)),
+        }
+    }
+}
