@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{Flavour, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line, sites};
+use common::{
+    Flavour, Mpich, OpenMpi, compile, compile_with, marker_line, run, scratch, site_at_line, sites,
+};
 use serde_json::Value;
 
 /// (marker, op, calls per rank, bytes per rank as a function of the number of ranks)
@@ -88,9 +90,13 @@ fn c_program_mpich_2_ranks() {
     known_calls_c(Mpich, 2);
 }
 
-fn known_calls_fortran(flavour: Flavour, source: &str) {
-    let dir = scratch(&format!("{source}_{}", flavour.name()));
-    let exe = compile(flavour, source, &dir);
+/// The Fortran program through mpif.h or (with -DF08) the mpi_f08 module: one source.
+fn known_calls_fortran(flavour: Flavour, f08: bool) {
+    let source = "known_calls.F90";
+    let variant = if f08 { "-f08" } else { "-mpif" };
+    let dir = scratch(&format!("known_calls{variant}_{}", flavour.name()));
+    let flags: &[&str] = if f08 { &["-DF08"] } else { &[] };
+    let exe = compile_with(flavour, source, &dir, flags, variant);
     let job = run(flavour, 2, &exe, &dir).go();
     job.assert_success();
     assert!(job.stdout().contains("results correct"), "{}", job.stdout());
@@ -99,22 +105,22 @@ fn known_calls_fortran(flavour: Flavour, source: &str) {
 
 #[test]
 fn fortran_mpif_h_openmpi() {
-    known_calls_fortran(OpenMpi, "known_calls_mpif.f90");
+    known_calls_fortran(OpenMpi, false);
 }
 
 #[test]
 fn fortran_mpi_f08_openmpi() {
-    known_calls_fortran(OpenMpi, "known_calls_f08.f90");
+    known_calls_fortran(OpenMpi, true);
 }
 
 #[test]
 fn fortran_mpif_h_mpich() {
-    known_calls_fortran(Mpich, "known_calls_mpif.f90");
+    known_calls_fortran(Mpich, false);
 }
 
 #[test]
 fn fortran_mpi_f08_mpich() {
-    known_calls_fortran(Mpich, "known_calls_f08.f90");
+    known_calls_fortran(Mpich, true);
 }
 
 /// A program that exits without MPI_Finalize still gets its report, from the at-exit fallback
@@ -152,13 +158,15 @@ fn commtune_run_profiles_both_mpis() {
         let dir = scratch(&format!("cli_run_{}", flavour.name()));
         let exe = compile(flavour, "known_calls.c", &dir);
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commtune"));
-        cmd.args(["run", "--mode", "profile", "--report", "cli.json", "--", launcher, "-np", "2"])
-            .arg(&exe)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("COMMTUNE_LIB_OPENMPI", OpenMpi.library())
-            .env("COMMTUNE_LIB_MPICH", Mpich.library())
-            .current_dir(&dir);
+        cmd.args([
+            "run", "--mode", "profile", "--report", "cli.json", "--", launcher, "-np", "2",
+        ])
+        .arg(&exe)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("COMMTUNE_LIB_OPENMPI", OpenMpi.library())
+        .env("COMMTUNE_LIB_MPICH", Mpich.library())
+        .current_dir(&dir);
         let out = common::run_with_timeout(cmd);
         assert!(
             out.status.success(),

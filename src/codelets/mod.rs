@@ -48,7 +48,7 @@ pub struct Attributes {
 /// A condition a call must meet for a codelet to be correct.
 ///
 /// Every requirement is decided by facts the MPI standard requires to be the same on every rank
-/// of the communicator (operation, counts of reductions, communicator size, MPI_IN_PLACE), so all
+/// of the communicator (operation, communicator size, MPI_IN_PLACE), so all
 /// ranks reach the same verdict and a codelet never runs on some ranks and native on others
 /// (DESIGN invariant 2). Datatype layouts may differ between ranks, so no requirement looks at
 /// them: every codelet handles derived datatypes.
@@ -59,8 +59,6 @@ pub enum Requirement {
     Commutative,
     PowerOfTwoSize,
     EvenSize,
-    /// The vector can be cut into one segment per rank (count >= communicator size).
-    CountAtLeastSize,
 }
 
 impl Requirement {
@@ -70,7 +68,6 @@ impl Requirement {
             Requirement::Commutative => facts.commutative,
             Requirement::PowerOfTwoSize => facts.size > 0 && (facts.size & (facts.size - 1)) == 0,
             Requirement::EvenSize => facts.size % 2 == 0,
-            Requirement::CountAtLeastSize => facts.count >= i64::from(facts.size),
         }
     }
 
@@ -80,7 +77,6 @@ impl Requirement {
             Requirement::Commutative => "a commutative operation",
             Requirement::PowerOfTwoSize => "a power-of-two communicator size",
             Requirement::EvenSize => "an even communicator size",
-            Requirement::CountAtLeastSize => "count >= communicator size",
         }
     }
 }
@@ -91,8 +87,6 @@ pub struct Facts {
     pub size: i32,
     pub intercomm: bool,
     pub commutative: bool,
-    /// Elements of a reduction (0 for operations without a common count).
-    pub count: i64,
     /// A large-count (`_c`) call whose counts do not fit the int-count PMPI calls codelets use.
     pub counts_overflow_int: bool,
 }

@@ -25,13 +25,13 @@ mod stats;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use self::policy::{Agreed, Candidate, Next, Plan};
 pub use self::policy::Search;
+use self::policy::{Agreed, Candidate, Next, Plan};
+pub use self::state::KeyTuner;
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget, lock,
 };
-pub use self::state::KeyTuner;
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
 use crate::keys::Entry;
@@ -123,6 +123,16 @@ impl Step {
             measure,
         }
     }
+}
+
+/// A call off the settled path: the call, its key, its communicator, the communicator's
+/// instance `n` and the key's call number `k`.
+struct At<'c, C> {
+    call: &'c C,
+    entry: &'static Entry,
+    slot: &'static CommSlot,
+    n: u64,
+    k: u64,
 }
 
 /// One call in eight is timed once a key has settled.
@@ -222,6 +232,13 @@ fn slow_step<C: Operation>(
         entry.tuner.restart(&mut key, epoch);
         1
     };
+    let at = At {
+        call,
+        entry,
+        slot,
+        n,
+        k,
+    };
     let tunable = *comm.tunable.get_or_insert_with(|| {
         let user = call.comm();
         mpi::comm_size(user) > 1 && !mpi::is_intercomm(user) && mpi::watch(user, forget).is_ok()
@@ -235,16 +252,16 @@ fn slow_step<C: Operation>(
     end_stalled_search(slot, &mut comm, entry, n);
     if comm.is_active(entry) {
         slot.set_active(&mut comm, Some((entry, n)));
-        return search_step(slot, &mut comm, &mut key, entry, n, k);
+        return search_step(&at, &mut comm, &mut key);
     }
     if comm.active.is_none() && n >= slot.next_check.load(Ordering::Relaxed) {
-        checkpoint(call, entry, slot, &mut comm, &mut key, n, k);
+        checkpoint(&at, &mut comm, &mut key);
         if comm.is_active(entry) {
-            return search_step(slot, &mut comm, &mut key, entry, n, k);
+            return search_step(&at, &mut comm, &mut key);
         }
     }
     if k >= entry.tuner.drift_at.load(Ordering::Relaxed) && comm.active.is_none() {
-        if let Some(step) = drift_check(call, entry, slot, &mut comm, &mut key, n, k) {
+        if let Some(step) = drift_check(&at, &mut comm, &mut key) {
             return step;
         }
     }
@@ -262,22 +279,18 @@ fn slow_step<C: Operation>(
 /// A drift check of a key in production (every rank is at the same call of it). Returns the
 /// search step when the search reopens.
 fn drift_check<C: Operation>(
-    call: &C,
-    entry: &'static Entry,
-    slot: &'static CommSlot,
+    at: &At<C>,
     comm: &mut CommTuning,
     key: &mut KeyTuning,
-    n: u64,
-    k: u64,
 ) -> Option<Step> {
     let settings = runtime::config().tuning;
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    entry
+    at.entry
         .tuner
         .drift_at
-        .store(k + settings.drift_interval, Ordering::Relaxed);
+        .store(at.k + settings.drift_interval, Ordering::Relaxed);
     let ratio = drift_ratio(p);
     let worst = agree::drift(&comm.private?, ratio).ok()?;
     if worst > 1.0 + settings.drift_threshold {
@@ -285,13 +298,14 @@ fn drift_check<C: Operation>(
     } else {
         p.strikes = 0;
     }
-    trace(entry, || format!("drift check: worst ratio {worst:.2}, strikes {}", p.strikes));
+    trace(at.entry, || {
+        format!("drift check: worst ratio {worst:.2}, strikes {}", p.strikes)
+    });
     if p.strikes < DRIFT_STRIKES || key.reopened >= MAX_REOPEN {
         return None;
     }
     key.reopened += 1;
-    start_search(call, entry, slot, comm, key, n, k)
-        .then(|| search_step(slot, comm, key, entry, n, k))
+    start_search(at, comm, key).then(|| search_step(at, comm, key))
 }
 
 /// The window's median over the baseline (the first window's median).
@@ -312,29 +326,20 @@ fn drift_ratio(p: &mut Production) -> f64 {
 }
 
 /// A checkpoint: every rank is at communicator instance `n`.
-#[allow(clippy::too_many_arguments)]
-fn checkpoint<C: Operation>(
-    call: &C,
-    entry: &'static Entry,
-    slot: &'static CommSlot,
-    comm: &mut CommTuning,
-    key: &mut KeyTuning,
-    n: u64,
-    k: u64,
-) {
+fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) {
     let settings = runtime::config().tuning;
     let private = match comm.private {
         Some(p) => p,
-        None => match mpi::private_comm(call.comm()) {
+        None => match mpi::private_comm(at.call.comm()) {
             Ok(p) => *comm.private.insert(p),
-            Err(_) => return slot.disable(comm),
+            Err(_) => return at.slot.disable(comm),
         },
     };
-    let ready = matches!(key.phase, Phase::Warmup) && k >= settings.warmup;
-    match agree::checkpoint(&private, ready.then_some(entry.agree_hash)) {
+    let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
+    match agree::checkpoint(&private, ready.then_some(at.entry.agree_hash)) {
         Ok(agree::Checkpoint::Agreed) => {
             comm.interval = MIN_INTERVAL;
-            start_search(call, entry, slot, comm, key, n, k);
+            start_search(at, comm, key);
         }
         Ok(agree::Checkpoint::Disagreed) => {
             comm.interval = MIN_INTERVAL;
@@ -343,30 +348,21 @@ fn checkpoint<C: Operation>(
                 key.reason = Some(
                     "ranks reach this call from different call sites or with different signatures",
                 );
-                entry.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
+                at.entry.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
         }
         Ok(agree::Checkpoint::Partial) => comm.interval = MIN_INTERVAL,
         Ok(agree::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
-        Err(_) => return slot.disable(comm),
+        Err(_) => return at.slot.disable(comm),
     }
-    slot.schedule_check(comm, n);
+    at.slot.schedule_check(comm, at.n);
 }
 
-/// Starts (or restarts) the search of `entry`'s key at this call; false when only native can
-/// run the call (the key then settles on native).
-#[allow(clippy::too_many_arguments)]
-fn start_search<C: Operation>(
-    call: &C,
-    entry: &'static Entry,
-    slot: &'static CommSlot,
-    comm: &mut CommTuning,
-    key: &mut KeyTuning,
-    n: u64,
-    k: u64,
-) -> bool {
+/// Starts (or restarts) the search of the key at this call; false when only native can run the
+/// call (the key then settles on native).
+fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> bool {
     let config = runtime::config();
-    let facts = call.facts();
+    let facts = at.call.facts();
     let candidates: Vec<Candidate> = C::codelets()
         .iter()
         .enumerate()
@@ -379,9 +375,8 @@ fn start_search<C: Operation>(
         .collect();
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
-        entry
-            .tuner
-            .settle(key, 0, Phase::Production(Production::new(0, k)), u64::MAX);
+        let production = Phase::Production(Production::new(0, at.k));
+        at.entry.tuner.settle(key, 0, production, u64::MAX);
         return false;
     }
     let plan = Plan::new(config.tuning.search, candidates, config.tuning.samples);
@@ -396,8 +391,8 @@ fn start_search<C: Operation>(
     }));
     key.reason = None;
     key.searches += 1;
-    entry.tuner.unsettle();
-    slot.set_active(comm, Some((entry, n)));
+    at.entry.tuner.unsettle();
+    at.slot.set_active(comm, Some((at.entry, at.n)));
     true
 }
 
@@ -414,15 +409,9 @@ fn schedule(plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
-/// Call `k` of the key being searched.
-fn search_step(
-    slot: &CommSlot,
-    comm: &mut CommTuning,
-    key: &mut KeyTuning,
-    entry: &Entry,
-    n: u64,
-    k: u64,
-) -> Step {
+/// The next call of the key being searched.
+fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Step {
+    let (entry, slot, n, k) = (at.entry, at.slot, at.n, at.k);
     let settings = runtime::config().tuning;
     let now = clock::now();
     let Phase::Searching(s) = &mut key.phase else {
@@ -462,10 +451,11 @@ fn search_step(
                 s.position = 0;
             }
             Next::Decide(winner) => {
-                trace(entry, || format!("decided {}", codelets::names(entry.op)[winner]));
+                trace(entry, || {
+                    format!("decided {}", codelets::names(entry.op)[winner])
+                });
                 let phase = Phase::Production(Production::new(winner, k));
-                if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned)
-                {
+                if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                     key.decided = Some(done.plan);
                 }
                 entry
@@ -518,7 +508,14 @@ fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> Stri
     candidates
         .iter()
         .zip(values)
-        .map(|(c, v)| format!("{}={:.0}±{:.0}", names[c.index], v.location * us, v.error * us))
+        .map(|(c, v)| {
+            format!(
+                "{}={:.0}±{:.0}",
+                names[c.index],
+                v.location * us,
+                v.error * us
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -580,9 +577,12 @@ fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, entry: &Entry, n: 
     }
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
-    active
-        .tuner
-        .settle(&mut other, winner, Phase::Production(Production::new(winner, k)), drift_at);
+    active.tuner.settle(
+        &mut other,
+        winner,
+        Phase::Production(Production::new(winner, k)),
+        drift_at,
+    );
     slot.set_active(comm, None);
     slot.next_check.store(n + 1, Ordering::Relaxed);
 }

@@ -99,7 +99,9 @@ static COMMS: LazyLock<Table<usize, CommSlot>> = LazyLock::new(|| Table::new(1 <
 /// The slot of `comm` (None only when the table is full: such communicators stay native).
 pub fn comm_slot(comm: MPI_Comm) -> Option<&'static CommSlot> {
     let bits = comm.bits();
-    COMMS.get(&bits).or_else(|| COMMS.insert(bits, CommSlot::new()))
+    COMMS
+        .get(&bits)
+        .or_else(|| COMMS.insert(bits, CommSlot::new()))
 }
 
 /// The application freed a communicator: its handle may come back for another one.

@@ -104,9 +104,20 @@ pub fn scratch(test: &str) -> PathBuf {
 
 /// Compiles `tests/programs/<source>` for `flavour` into `dir`.
 pub fn compile(flavour: Flavour, source: &str, dir: &Path) -> PathBuf {
+    compile_with(flavour, source, dir, &[], "")
+}
+
+/// Compiles with extra compiler `flags`; `variant` tells the executables of one source apart.
+pub fn compile_with(
+    flavour: Flavour,
+    source: &str,
+    dir: &Path,
+    flags: &[&str],
+    variant: &str,
+) -> PathBuf {
     let src = root().join("tests/programs").join(source);
     let stem = Path::new(source).file_stem().unwrap().to_string_lossy();
-    let exe = dir.join(format!("{stem}-{}", flavour.name()));
+    let exe = dir.join(format!("{stem}{variant}-{}", flavour.name()));
     let mut cmd = if source.ends_with(".c") {
         let mut c = Command::new(flavour.cc());
         c.args(["-g", "-O1", "-pthread", "-Wall"]);
@@ -119,6 +130,7 @@ pub fn compile(flavour: Flavour, source: &str, dir: &Path) -> PathBuf {
         c
     };
     let out = cmd
+        .args(flags)
         .arg(&src)
         .arg("-o")
         .arg(&exe)

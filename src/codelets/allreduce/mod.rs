@@ -17,9 +17,10 @@ use std::ffi::c_int;
 
 use commtune_report::Op;
 
+use super::schedule::Fold;
 use super::{Codelet, Facts, Operation, native};
 use crate::mpi::datatype::{Buf, MpiResult, copy, is_commutative, reduce_local};
-use crate::mpi::{self, Allreduce, MPI_Comm, MPI_Op};
+use crate::mpi::{self, Allreduce, Comm, MPI_Comm, MPI_Op};
 
 /// Tag of allreduce codelet messages on the private communicator.
 const TAG: i32 = 1;
@@ -50,7 +51,6 @@ impl Operation for Allreduce {
             size: mpi::comm_size(self.comm),
             intercomm: mpi::is_intercomm(self.comm),
             commutative: is_commutative(self.op),
-            count: self.count,
             counts_overflow_int: self.count > i64::from(c_int::MAX),
         }
     }
@@ -71,6 +71,32 @@ fn start(call: &Allreduce) -> MpiResult<Buf> {
         )?;
     }
     Ok(result)
+}
+
+/// Folds the communicator onto the largest power of two (see `Fold`): the even rank of each of
+/// the first pairs hands its vector to the odd one, which combines them in rank order.
+fn fold_in(comm: &Comm, fold: &Fold, result: &Buf, incoming: &Buf, op: MPI_Op) -> MpiResult {
+    if comm.rank >= fold.paired {
+        return Ok(());
+    }
+    if comm.rank % 2 == 0 {
+        comm.send(result, comm.rank + 1, TAG)
+    } else {
+        comm.recv(incoming, comm.rank - 1, TAG)?;
+        combine_lower(incoming, result, op)
+    }
+}
+
+/// Gives the result to the ranks that sat out of the power-of-two part.
+fn fold_out(comm: &Comm, fold: &Fold, result: &Buf) -> MpiResult {
+    if comm.rank >= fold.paired {
+        return Ok(());
+    }
+    if comm.rank % 2 == 1 {
+        comm.send(result, comm.rank - 1, TAG)
+    } else {
+        comm.recv(result, comm.rank + 1, TAG)
+    }
 }
 
 /// `mine = mine op higher`, where `higher` holds the operands of higher ranks; `higher` is

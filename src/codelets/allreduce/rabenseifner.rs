@@ -3,7 +3,7 @@
 //! are folded onto the largest power of two first. Reduces out of rank order: commutative
 //! operations only.
 
-use super::{TAG, combine_lower, start};
+use super::{TAG, fold_in, fold_out, start};
 use crate::codelets::schedule::{Fold, segment};
 use crate::codelets::{Attributes, Codelet, Partners, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, reduce_local};
@@ -24,14 +24,7 @@ fn run(call: &Allreduce, comm: &Comm) -> MpiResult {
     let mut scratch = Scratch::new(call.count, call.datatype)?;
     let incoming = scratch.buf();
     let (rank, fold) = (comm.rank, Fold::new(comm.size));
-    if rank < fold.paired {
-        if rank % 2 == 0 {
-            comm.send(&result, rank + 1, TAG)?;
-        } else {
-            comm.recv(&incoming, rank - 1, TAG)?;
-            combine_lower(&incoming, &result, call.op)?;
-        }
-    }
+    fold_in(comm, &fold, &result, &incoming, call.op)?;
     if let Some(v) = fold.virtual_rank(rank) {
         // Segments [lo, hi) of `pow2` equal parts of the vector.
         let range = |lo: i32, hi: i32| -> Buf {
@@ -76,12 +69,5 @@ fn run(call: &Allreduce, comm: &Comm) -> MpiResult {
             mask *= 2;
         }
     }
-    if rank < fold.paired {
-        if rank % 2 == 1 {
-            comm.send(&result, rank - 1, TAG)?;
-        } else {
-            comm.recv(&result, rank + 1, TAG)?;
-        }
-    }
-    Ok(())
+    fold_out(comm, &fold, &result)
 }

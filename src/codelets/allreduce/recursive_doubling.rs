@@ -2,7 +2,7 @@
 //! the two partial results lower half first. Other sizes are folded onto the largest power of
 //! two: the first 2(p - 2^k) ranks pair up and the even one of each pair sits out.
 
-use super::{TAG, combine_higher, combine_lower, start};
+use super::{TAG, combine_higher, combine_lower, fold_in, fold_out, start};
 use crate::codelets::schedule::Fold;
 use crate::codelets::{Attributes, Codelet, Partners, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch};
@@ -23,14 +23,7 @@ fn run(call: &Allreduce, comm: &Comm) -> MpiResult {
     let mut scratch = Scratch::new(call.count, call.datatype)?;
     let incoming = scratch.buf();
     let (rank, fold) = (comm.rank, Fold::new(comm.size));
-    if rank < fold.paired {
-        if rank % 2 == 0 {
-            comm.send(&result, rank + 1, TAG)?;
-        } else {
-            comm.recv(&incoming, rank - 1, TAG)?;
-            combine_lower(&incoming, &result, call.op)?;
-        }
-    }
+    fold_in(comm, &fold, &result, &incoming, call.op)?;
     if let Some(v) = fold.virtual_rank(rank) {
         let mut mask = 1;
         while mask < fold.pow2 {
@@ -45,12 +38,5 @@ fn run(call: &Allreduce, comm: &Comm) -> MpiResult {
             mask <<= 1;
         }
     }
-    if rank < fold.paired {
-        if rank % 2 == 1 {
-            comm.send(&result, rank - 1, TAG)?;
-        } else {
-            comm.recv(&result, rank + 1, TAG)?;
-        }
-    }
-    Ok(())
+    fold_out(comm, &fold, &result)
 }

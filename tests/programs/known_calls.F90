@@ -1,9 +1,19 @@
-! Known calls through the mpi_f08 module; the test reads the SITE: markers for the expected lines.
-program known_calls_f08
+! Known calls through mpif.h, or through the mpi_f08 module when compiled with -DF08;
+! the test reads the SITE: markers for the expected lines.
+program known_calls
+#ifdef F08
   use mpi_f08
+#endif
   implicit none
+#ifndef F08
+  include 'mpif.h'
+#endif
   integer :: ierr, rank, nprocs, it, left, right, failures, v
+#ifdef F08
   type(MPI_Request) :: req(2)
+#else
+  integer :: req(2)
+#endif
   double precision :: x(3), y(3), halo_out(5), halo_in(5)
   integer, allocatable :: a(:), b(:)
 
@@ -41,10 +51,10 @@ program known_calls_f08
   end do
 
   if (failures /= 0) then
-    print *, 'known_calls_f08: WRONG RESULTS', failures
+    print *, 'known_calls: WRONG RESULTS', failures
   else if (rank == 0) then
-    print *, 'known_calls_f08: results correct'
+    print *, 'known_calls: results correct'
   end if
   call MPI_Finalize(ierr)
   if (failures /= 0) stop 1
-end program known_calls_f08
+end program known_calls
