@@ -18,7 +18,8 @@ use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_rank, comm_size};
 static PRIVATE: LazyLock<DashMap<usize, Comm, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static KEYVAL: OnceLock<c_int> = OnceLock::new();
 /// Communicators the tuner watches, with what to call when each is freed.
-static WATCHED: LazyLock<DashMap<usize, fn(usize), FxBuildHasher>> = LazyLock::new(DashMap::default);
+static WATCHED: LazyLock<DashMap<usize, fn(usize), FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
 static WATCH_KEYVAL: OnceLock<c_int> = OnceLock::new();
 
 /// The private duplicate of `user`.
