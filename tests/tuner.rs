@@ -409,3 +409,25 @@ fn mismatched_keys_stay_untuned_openmpi() {
 fn mismatched_keys_stay_untuned_mpich() {
     mismatch(Mpich, 2);
 }
+
+#[test]
+fn budget_stops_a_costly_search_early_with_the_best_so_far() {
+    // Every codelet but ring costs 20 ms more: after the first round far more than 5 % of the
+    // key's time went to losing codelets, so the search ends there with ring.
+    let delays = all_but("allreduce", ALLREDUCE, "ring", "20ms").join(",");
+    let job = tuned_loop(
+        OpenMpi,
+        4,
+        "budget",
+        "60",
+        &[
+            ("COMMTUNE_SEARCH", "brute"),
+            ("COMMTUNE_BUDGET", "0.05"),
+            ("COMMTUNE_INJECT_DELAY", &delays),
+        ],
+    );
+    let t = tuning(loop_site(&job.report(), "SITE:allreduce")).clone();
+    assert_eq!(t["rounds"], 1, "{t:#}");
+    assert_eq!(t["winner"], "ring", "{t:#}");
+    assert_eq!(t["search_instances"], ALLREDUCE.len() as u64);
+}
