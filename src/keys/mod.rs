@@ -49,13 +49,10 @@ impl Hash for CallKey {
     /// One word: the key's fields folded with rotations (one hasher round instead of seven;
     /// a collision only costs a probe).
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let folded = self
-            .words
-            .iter()
-            .enumerate()
-            .fold(self.caller as u64 ^ ((self.op as u64) << 56), |h, (i, w)| {
-                h ^ w.rotate_left(11 * (i as u32 + 1))
-            });
+        let folded = self.words.iter().enumerate().fold(
+            self.caller as u64 ^ ((self.op as u64) << 56),
+            |h, (i, w)| h ^ w.rotate_left(11 * (i as u32 + 1)),
+        );
         state.write_u64(folded);
     }
 }
@@ -132,7 +129,11 @@ impl Entry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let ns = |ticks: f64| (ticks * ns_per_tick).round() as u64;
-        let calls: Vec<u64> = self.calls.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let calls: Vec<u64> = self
+            .calls
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
         let all: u64 = calls.iter().sum();
         // Each codelet's untimed calls at its timed calls' mean.
         let total: f64 = (0..MAX_CODELETS)

@@ -106,6 +106,17 @@ impl Comm {
         check(unsafe { ffi::PMPI_Waitall(n, requests.as_mut_ptr(), statuses_ignore()) })
     }
 
+    /// Waits for one of `requests` to complete and returns its index (its handle is then
+    /// MPI_REQUEST_NULL); None when every handle already is.
+    pub fn waitany(&self, requests: &mut [MPI_Request]) -> MpiResult<Option<usize>> {
+        let n = c_int::try_from(requests.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let mut index = 0;
+        // SAFETY: `requests` holds `n` handles this module created (or null ones); writes one int.
+        check(unsafe { ffi::PMPI_Waitany(n, requests.as_mut_ptr(), &mut index, status_ignore()) })?;
+        // MPI_UNDEFINED (no active request) is negative in both flavours.
+        Ok(usize::try_from(index).ok().filter(|&i| i < requests.len()))
+    }
+
     /// MPI_Reduce on the private communicator; `send` None means MPI_IN_PLACE (root only).
     pub fn reduce(&self, send: Option<&Buf>, recv: &Buf, op: MPI_Op, root: i32) -> MpiResult {
         let sendbuf: *const c_void = match send {

@@ -61,11 +61,6 @@ impl Layout {
             self.true_extent + (count - 1) * self.extent
         }
     }
-
-    /// Whether `count` elements are one gap-free run of bytes starting at the buffer address.
-    pub fn is_contiguous(&self) -> bool {
-        self.size == self.extent && self.true_lb == 0 && self.true_extent == self.size
-    }
 }
 
 /// `count` elements of `datatype` at `ptr`, as passed to MPI.
@@ -232,15 +227,31 @@ pub fn is_commutative(op: MPI_Op) -> bool {
 pub struct Indexed(MPI_Datatype);
 
 impl Indexed {
-    pub fn new(counts: &[c_int], displacements: &[c_int], base: MPI_Datatype) -> MpiResult<Self> {
+    /// Block `i` is `counts[i]` elements of `base` starting `displacements[i]` extents of `base`
+    /// after the buffer address, as MPI_Type_indexed would place it. Built from byte
+    /// displacements (MPI_Type_create_hindexed): displacements of the MPI-4 large-count calls
+    /// may exceed the int range of MPI_Type_indexed.
+    pub fn new(counts: &[c_int], displacements: &[i64], base: MPI_Datatype) -> MpiResult<Self> {
         let n = c_int::try_from(counts.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        if displacements.len() != counts.len() {
+            return Err(ffi::MPI_ERR_ARG as c_int);
+        }
+        let extent = Layout::of(base)?.extent;
+        let bytes = displacements
+            .iter()
+            .map(|&d| {
+                d.checked_mul(extent)
+                    .and_then(|b| ffi::MPI_Aint::try_from(b).ok())
+                    .ok_or(ffi::MPI_ERR_COUNT as c_int)
+            })
+            .collect::<MpiResult<Vec<ffi::MPI_Aint>>>()?;
         let mut datatype = base;
         // SAFETY: both arrays have `n` entries; writes one handle, then commits it.
         unsafe {
-            check(ffi::PMPI_Type_indexed(
+            check(ffi::PMPI_Type_create_hindexed(
                 n,
                 counts.as_ptr(),
-                displacements.as_ptr(),
+                bytes.as_ptr(),
                 base,
                 &mut datatype,
             ))?;

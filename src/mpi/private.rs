@@ -17,9 +17,10 @@ use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_rank, comm_size};
 
 static PRIVATE: LazyLock<DashMap<usize, Comm, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static KEYVAL: OnceLock<c_int> = OnceLock::new();
-/// Communicators the tuner watches, with what to call when each is freed.
-static WATCHED: LazyLock<DashMap<usize, fn(usize), FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
+/// What to call when a watched communicator is freed (with its handle bits).
+type OnFree = fn(usize);
+/// Communicators the tuner watches.
+static WATCHED: LazyLock<DashMap<usize, OnFree, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static WATCH_KEYVAL: OnceLock<c_int> = OnceLock::new();
 
 /// The private duplicate of `user`.
@@ -51,7 +52,7 @@ pub fn private_comm(user: MPI_Comm) -> MpiResult<Comm> {
 
 /// Calls `on_free(user's handle bits)` when the application frees `user` (a local call: it
 /// only hangs an attribute on the communicator). Once per communicator; later calls do nothing.
-pub fn watch(user: MPI_Comm, on_free: fn(usize)) -> MpiResult {
+pub fn watch(user: MPI_Comm, on_free: OnFree) -> MpiResult {
     if WATCHED.contains_key(&user.bits()) {
         return Ok(());
     }

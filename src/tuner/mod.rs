@@ -13,6 +13,7 @@
 //! - round ends: after each round of the search schedule the per-rank estimates are reduced
 //!   (maximum over ranks) and the search policy prunes or decides.
 //! - drift checks, every COMMTUNE_DRIFT_INTERVAL instances of a key in production.
+//!
 //! The search schedule and the instances of a key then advance alike on every rank: the tuner
 //! assumes, as every tuner of SPMD programs does, that ranks which agreed to be at a key keep
 //! calling it in step.
@@ -137,7 +138,7 @@ struct At<'c, C> {
 
 /// One call in eight is timed once a key has settled.
 fn sampled(call_number: u64) -> Measure {
-    if call_number % SAMPLE_EVERY == 0 {
+    if call_number.is_multiple_of(SAMPLE_EVERY) {
         Measure::Timed
     } else {
         Measure::Counted
@@ -240,8 +241,10 @@ fn slow_step<C: Operation>(
         k,
     };
     let tunable = *comm.tunable.get_or_insert_with(|| {
+        // Every communicator is watched, tunable or not: when it is freed, its handle may come
+        // back for a communicator of another size on some ranks only.
         let user = call.comm();
-        mpi::comm_size(user) > 1 && !mpi::is_intercomm(user) && mpi::watch(user, forget).is_ok()
+        mpi::watch(user, forget).is_ok() && mpi::comm_size(user) > 1 && !mpi::is_intercomm(user)
     });
     if !tunable {
         slot.disable(&mut comm);
@@ -260,10 +263,11 @@ fn slow_step<C: Operation>(
             return search_step(&at, &mut comm, &mut key);
         }
     }
-    if k >= entry.tuner.drift_at.load(Ordering::Relaxed) && comm.active.is_none() {
-        if let Some(step) = drift_check(&at, &mut comm, &mut key) {
-            return step;
-        }
+    if k >= entry.tuner.drift_at.load(Ordering::Relaxed)
+        && comm.active.is_none()
+        && let Some(step) = drift_check(&at, &mut comm, &mut key)
+    {
+        return step;
     }
     match &key.phase {
         Phase::Production(p) => Step {
@@ -417,10 +421,8 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
     let Phase::Searching(s) = &mut key.phase else {
         return Step::native(Measure::Timed);
     };
-    if let Some((start, codelet, keep)) = s.pending.take() {
-        if keep {
-            s.samples_of(codelet).push(now.saturating_sub(start) as f64);
-        }
+    if let Some((start, codelet, true)) = s.pending.take() {
+        s.samples_of(codelet).push(now.saturating_sub(start) as f64);
     }
     if s.position == s.schedule.len() {
         let local: Vec<Agreed> = s

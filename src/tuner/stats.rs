@@ -204,7 +204,7 @@ mod tests {
             let mut xs = normal(100, 100.0, 5.0, 3);
             let n_out = (fraction * 100.0) as usize;
             for x in xs.iter_mut().take(n_out) {
-                *x = 1000.0 + *x;
+                *x += 1000.0;
             }
             // The robust estimator resists every fraction below one half.
             let robust = location(Filter::Robust { nu: 5.0 }, &xs);

@@ -1,0 +1,37 @@
+//! `linear`: every receive and every send posted at once (MPI_Irecv, MPI_Isend), then one
+//! MPI_Waitall. Lets the network overlap everything; floods it for large communicators.
+
+use super::{Blocks, TAG};
+use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::mpi::datatype::MpiResult;
+use crate::mpi::{Alltoall, Comm};
+
+pub const CODELET: Codelet<Alltoall> = Codelet {
+    name: "linear",
+    attributes: Attributes {
+        partners: Partners::All,
+        uses_collectives: false,
+    },
+    requires: &[Requirement::Intracommunicator],
+    run: Some(run),
+};
+
+fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
+    let (p, rank) = (comm.size, comm.rank);
+    let Some(mut blocks) = Blocks::new(call, rank, p)? else {
+        return Ok(());
+    };
+    let mut requests = Vec::with_capacity(2 * (p as usize - 1));
+    // Receives first, so that most messages find theirs posted; both in distance order so that
+    // everyone starts with its nearest neighbours rather than all with rank 0.
+    for s in 1..p {
+        let from = (rank - s).rem_euclid(p);
+        requests.push(comm.irecv(&blocks.recv(from), from, TAG)?);
+    }
+    for s in 1..p {
+        let to = (rank + s) % p;
+        requests.push(comm.isend(&blocks.send(to), to, TAG)?);
+    }
+    blocks.keep_own(rank)?;
+    comm.waitall(&mut requests)
+}
