@@ -53,6 +53,7 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+#[inline]
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(Config::default)
 }

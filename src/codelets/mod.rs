@@ -169,6 +169,7 @@ const fn native<C>() -> Codelet<C> {
 
 /// Runs codelet `index` of `call`'s operation: native, or the algorithm on the private
 /// communicator. An error goes to the application's error handler, as from its own MPI call.
+#[inline]
 pub fn execute<C: Operation>(call: &C, index: usize) -> c_int {
     let Some(run) = C::codelets()[index].run else {
         return call.native();

@@ -15,6 +15,7 @@ use crate::{clock, runtime, tuner};
 
 /// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
 /// forced or native codelet, measured on `entry`.
+#[inline]
 fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     let config = runtime::config();
     if config.mode == Mode::Tune && config.forced(C::OP).is_none() {

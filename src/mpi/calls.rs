@@ -25,6 +25,7 @@ pub struct Allreduce {
 }
 
 impl Allreduce {
+    #[inline]
     pub fn native(&self) -> c_int {
         #[cfg(mpi_flavour = "mpich")]
         if self.large {
@@ -66,6 +67,7 @@ pub struct Alltoall {
 }
 
 impl Alltoall {
+    #[inline]
     pub fn native(&self) -> c_int {
         #[cfg(mpi_flavour = "mpich")]
         if self.large {
@@ -147,6 +149,7 @@ pub struct Allgatherv {
 }
 
 impl Allgatherv {
+    #[inline]
     pub fn native(&self) -> c_int {
         #[cfg(mpi_flavour = "mpich")]
         if self.large {

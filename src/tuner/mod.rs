@@ -154,8 +154,12 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     }) {
         None => Step::native(Measure::Timed),
         Some(slot) => {
-            let n = slot.instance.fetch_add(1, Ordering::Relaxed);
-            let k = tuner.instances.fetch_add(1, Ordering::Relaxed) + 1;
+            // MPI serialises the collectives of a communicator, so these counters have one
+            // writer at a time: a load and a store, no locked read-modify-write.
+            let n = slot.instance.load(Ordering::Relaxed);
+            slot.instance.store(n + 1, Ordering::Relaxed);
+            let k = tuner.instances.load(Ordering::Relaxed) + 1;
+            tuner.instances.store(k, Ordering::Relaxed);
             let settled = tuner.settled.load(Ordering::Relaxed);
             // The settled path: every input is the same on every rank at this instance.
             if settled != 0
