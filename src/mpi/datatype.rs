@@ -5,10 +5,11 @@
 //! itself, so derived datatypes with gaps, negative lower bounds and MPI_BOTTOM work unchanged.
 
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 
 use mpi_sys as ffi;
 
-use super::{MPI_Count, MPI_Datatype, MPI_Op, SUCCESS, constants};
+use super::{HandleBits, MPI_Count, MPI_Datatype, MPI_Op, SUCCESS, constants};
 
 /// An MPI return code other than MPI_SUCCESS.
 pub type MpiResult<T = ()> = Result<T, c_int>;
@@ -108,7 +109,8 @@ impl Buf {
 
 /// A buffer of our own for `count` elements of a datatype (laid out as MPI would).
 pub struct Scratch {
-    storage: Vec<u8>,
+    /// Never read by Rust, only handed to MPI: no need to zero megabytes per call.
+    storage: Box<[MaybeUninit<u8>]>,
     true_lb: i64,
     count: i64,
     datatype: MPI_Datatype,
@@ -120,7 +122,7 @@ impl Scratch {
         let layout = Layout::of(datatype)?;
         let bytes = usize::try_from(layout.span(count)).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
         Ok(Scratch {
-            storage: vec![0u8; bytes],
+            storage: Box::new_uninit_slice(bytes),
             true_lb: layout.true_lb,
             count,
             datatype,
@@ -134,6 +136,7 @@ impl Scratch {
             ptr: self
                 .storage
                 .as_mut_ptr()
+                .cast::<u8>()
                 .wrapping_offset(-(self.true_lb as isize))
                 .cast(),
             count: self.count,
@@ -189,9 +192,23 @@ pub fn unpack(input: &[u8], dst: &Buf) -> MpiResult {
     })
 }
 
-/// Copies `src` into `dst`, whose type signatures must match (pack then unpack: any pair of
-/// datatypes works and no message is involved).
+/// Copies `src` into `dst`, whose type signatures must match: one memory copy when both are the
+/// same gap-free datatype, else pack then unpack (any pair of datatypes, no message involved).
 pub fn copy(src: &Buf, dst: &Buf) -> MpiResult {
+    if src.datatype.bits() == dst.datatype.bits() && src.count == dst.count {
+        let layout = Layout::of(src.datatype)?;
+        if layout.size == layout.extent && layout.true_lb == 0 && layout.true_extent == layout.size
+        {
+            let bytes = usize::try_from(src.count * layout.size).unwrap_or(0);
+            // SAFETY: both buffers hold `count` gap-free elements of this datatype (the
+            // application's or a scratch buffer); MPI forbids a call's send and receive buffers
+            // to overlap, and scratch buffers are distinct allocations.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.ptr.cast::<u8>(), dst.ptr.cast::<u8>(), bytes)
+            };
+            return Ok(());
+        }
+    }
     let mut packed = vec![0u8; pack_size(src.count, src.datatype)?];
     let n = pack(src, &mut packed)?;
     unpack(&packed[..n], dst)
