@@ -117,7 +117,7 @@ pub const KNOBS: &[Knob] = &[
         "(none)",
         "op=codelet,... (native cannot be excluded)",
     ),
-    knob("COMMTUNE_SEARCH", "racing", "brute, attributes, racing"),
+    knob("COMMTUNE_SEARCH", "attributes", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
     knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
     knob("COMMTUNE_SAMPLES", "8", "an integer from 1 to 1000"),

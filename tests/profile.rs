@@ -90,13 +90,26 @@ fn c_program_mpich_2_ranks() {
     known_calls_c(Mpich, 2);
 }
 
-/// The Fortran program through mpif.h or (with -DF08) the mpi_f08 module: one source.
-fn known_calls_fortran(flavour: Flavour, f08: bool) {
+/// The Fortran program through one of the three Fortran interfaces: one source, `interface`
+/// selects mpif.h (""), the mpi module ("USE_MPI") or the mpi_f08 module ("F08").
+fn known_calls_fortran(flavour: Flavour, interface: &str) {
     let source = "known_calls.F90";
-    let variant = if f08 { "-f08" } else { "-mpif" };
+    let variant = format!(
+        "-{}",
+        if interface.is_empty() {
+            "mpif"
+        } else {
+            interface
+        }
+    );
     let dir = scratch(&format!("known_calls{variant}_{}", flavour.name()));
-    let flags: &[&str] = if f08 { &["-DF08"] } else { &[] };
-    let exe = compile_with(flavour, source, &dir, flags, variant);
+    let define = format!("-D{interface}");
+    let flags: &[&str] = if interface.is_empty() {
+        &[]
+    } else {
+        &[&define]
+    };
+    let exe = compile_with(flavour, source, &dir, flags, &variant);
     let job = run(flavour, 2, &exe, &dir).go();
     job.assert_success();
     assert!(job.stdout().contains("results correct"), "{}", job.stdout());
@@ -105,22 +118,32 @@ fn known_calls_fortran(flavour: Flavour, f08: bool) {
 
 #[test]
 fn fortran_mpif_h_openmpi() {
-    known_calls_fortran(OpenMpi, false);
+    known_calls_fortran(OpenMpi, "");
+}
+
+#[test]
+fn fortran_use_mpi_openmpi() {
+    known_calls_fortran(OpenMpi, "USE_MPI");
 }
 
 #[test]
 fn fortran_mpi_f08_openmpi() {
-    known_calls_fortran(OpenMpi, true);
+    known_calls_fortran(OpenMpi, "F08");
 }
 
 #[test]
 fn fortran_mpif_h_mpich() {
-    known_calls_fortran(Mpich, false);
+    known_calls_fortran(Mpich, "");
+}
+
+#[test]
+fn fortran_use_mpi_mpich() {
+    known_calls_fortran(Mpich, "USE_MPI");
 }
 
 #[test]
 fn fortran_mpi_f08_mpich() {
-    known_calls_fortran(Mpich, true);
+    known_calls_fortran(Mpich, "F08");
 }
 
 /// A program that exits without MPI_Finalize still gets its report, from the at-exit fallback

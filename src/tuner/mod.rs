@@ -74,7 +74,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            search: Search::Racing,
+            search: Search::Attributes,
             filter: Filter::Robust { nu: 5.0 },
             timing: Timing::Local,
             samples: 8,

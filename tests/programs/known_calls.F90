@@ -1,11 +1,13 @@
-! Known calls through mpif.h, or through the mpi_f08 module when compiled with -DF08;
+! Known calls through mpif.h, the mpi module (-DUSE_MPI) or the mpi_f08 module (-DF08);
 ! the test reads the SITE: markers for the expected lines.
 program known_calls
-#ifdef F08
+#if defined(F08)
   use mpi_f08
+#elif defined(USE_MPI)
+  use mpi
 #endif
   implicit none
-#ifndef F08
+#if !defined(F08) && !defined(USE_MPI)
   include 'mpif.h'
 #endif
   integer :: ierr, rank, nprocs, it, left, right, failures, v
