@@ -246,15 +246,16 @@ fn every_policy_mpich_2_ranks() {
 #[test]
 fn barrier_and_period_timing_openmpi() {
     for timing in ["barrier", "period"] {
-        let mut delays = all_but("allreduce", ALLREDUCE, "ring", "2ms");
-        delays.extend(all_but("alltoall", ALLTOALL, "pairwise", "2ms"));
-        delays.extend(all_but("allgatherv", ALLGATHERV, "ring", "2ms"));
+        let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
+        delays.extend(all_but("alltoall", ALLTOALL, "pairwise", "5ms"));
+        delays.extend(all_but("allgatherv", ALLGATHERV, "ring", "5ms"));
         let delays = delays.join(",");
         let job = tuned_loop(
             OpenMpi,
             4,
             timing,
-            "200",
+            // Period timing spends two calls per sample.
+            "500",
             &[
                 ("COMMTUNE_TIMING", timing),
                 ("COMMTUNE_INJECT_DELAY", &delays),

@@ -56,9 +56,10 @@ pub fn round(comm: &Comm, local: &[Agreed], wasted_share: f64) -> MpiResult<(Vec
     Ok((agreed, wasted))
 }
 
-/// The largest drift ratio (recent time / decided time) over ranks.
+/// The mean over ranks of the drift ratio (recent time / time after the decision): a collective
+/// slows down everywhere, while one rank's noise should not reopen a search.
 pub fn drift(comm: &Comm, ratio: f64) -> MpiResult<f64> {
     let mut values = [ratio];
-    comm.allreduce_max_f64(&mut values)?;
-    Ok(values[0])
+    comm.allreduce_sum_f64(&mut values)?;
+    Ok(values[0] / f64::from(comm.size.max(1)))
 }

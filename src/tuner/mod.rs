@@ -87,8 +87,11 @@ impl Default for Settings {
     }
 }
 
-/// Production calls timed (for the report and the drift watch): one in this many.
+/// Production calls timed for the report: one in this many.
 const SAMPLE_EVERY: u64 = 8;
+/// The drift watch times every one of the last calls before a drift check (never more than half
+/// of the interval): a median of so many calls is steady on a noisy machine.
+const DRIFT_WINDOW: u64 = 16;
 /// Drift windows in a row beyond the threshold before a search reopens.
 const DRIFT_STRIKES: u32 = 2;
 /// Searches a key may reopen at most: drift cannot make the tuner thrash.
@@ -110,8 +113,10 @@ struct Step {
 enum Measure {
     /// A search sample (local/barrier timing), or only the budget's time (period timing).
     Search { sample: bool },
-    /// Timed for the report (and the drift window in production).
+    /// Timed for the report.
     Timed,
+    /// Timed for the report and for the drift window of a key in production.
+    Window,
     /// Counted only.
     Counted,
 }
@@ -136,9 +141,13 @@ struct At<'c, C> {
     k: u64,
 }
 
-/// One call in eight is timed once a key has settled.
-fn sampled(call_number: u64) -> Measure {
-    if call_number.is_multiple_of(SAMPLE_EVERY) {
+/// How call `k` of a settled key is measured, with its next drift check at call `drift_at`:
+/// the window before the check is timed whole, otherwise one call in eight.
+fn sampled(k: u64, drift_at: u64) -> Measure {
+    let interval = runtime::config().tuning.drift_interval;
+    if k + DRIFT_WINDOW.min(interval / 2) >= drift_at {
+        Measure::Window
+    } else if k.is_multiple_of(SAMPLE_EVERY) {
         Measure::Timed
     } else {
         Measure::Counted
@@ -161,9 +170,10 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
             let k = tuner.instances.load(Ordering::Relaxed) + 1;
             tuner.instances.store(k, Ordering::Relaxed);
             let settled = tuner.settled.load(Ordering::Relaxed);
+            let drift_at = tuner.drift_at.load(Ordering::Relaxed);
             // The settled path: every input is the same on every rank at this instance.
             if settled != 0
-                && k < tuner.drift_at.load(Ordering::Relaxed)
+                && k < drift_at
                 && (slot.searching.load(Ordering::Relaxed)
                     || n < slot.next_check.load(Ordering::Relaxed))
                 && tuner.epoch.load(Ordering::Relaxed) == slot.epoch.load(Ordering::Relaxed)
@@ -171,7 +181,7 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
                 Step {
                     codelet: settled as usize - 1,
                     barrier: None,
-                    measure: sampled(k),
+                    measure: sampled(k, drift_at),
                 }
             } else {
                 slow_step(call, entry, slot, n, k)
@@ -214,7 +224,7 @@ fn measured(entry: &Entry, step: &Step, start: u64, ticks: u64) {
                 s.samples_of(step.codelet).push(ticks as f64);
             }
         }
-        (Phase::Production(p), Measure::Timed) => p.window.push(ticks),
+        (Phase::Production(p), Measure::Window) => p.window.push(ticks),
         _ => {}
     }
 }
@@ -254,7 +264,7 @@ fn slow_step<C: Operation>(
         slot.disable(&mut comm);
         key.reason = Some("a communicator of one rank or an intercommunicator");
         entry.tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
-        return Step::native(sampled(k));
+        return Step::native(sampled(k, u64::MAX));
     }
     end_stalled_search(slot, &mut comm, entry, n);
     if comm.is_active(entry) {
@@ -273,13 +283,14 @@ fn slow_step<C: Operation>(
     {
         return step;
     }
+    let drift_at = entry.tuner.drift_at.load(Ordering::Relaxed);
     match &key.phase {
         Phase::Production(p) => Step {
             codelet: p.winner,
             barrier: None,
-            measure: sampled(k),
+            measure: sampled(k, drift_at),
         },
-        Phase::Untuned => Step::native(sampled(k)),
+        Phase::Untuned => Step::native(sampled(k, drift_at)),
         _ => Step::native(Measure::Timed),
     }
 }
@@ -300,14 +311,14 @@ fn drift_check<C: Operation>(
         .drift_at
         .store(at.k + settings.drift_interval, Ordering::Relaxed);
     let ratio = drift_ratio(p);
-    let worst = agree::drift(&comm.private?, ratio).ok()?;
-    if worst > 1.0 + settings.drift_threshold {
+    let mean = agree::drift(&comm.private?, ratio).ok()?;
+    if mean > 1.0 + settings.drift_threshold {
         p.strikes += 1;
     } else {
         p.strikes = 0;
     }
     trace(at.entry, || {
-        format!("drift check: worst ratio {worst:.2}, strikes {}", p.strikes)
+        format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
     });
     if p.strikes < DRIFT_STRIKES || key.reopened >= MAX_REOPEN {
         return None;
