@@ -123,3 +123,25 @@ fn library_of_the_other_mpi_refuses_clearly() {
         "{err}"
     );
 }
+
+/// Intercommunicators: per-rank arrays sized by the remote group, never tuned, correct results.
+#[test]
+fn intercommunicator_collectives_stay_native_and_correct() {
+    for (flavour, np) in [(OpenMpi, 4), (Mpich, 3)] {
+        for mode in ["profile", "tune"] {
+            let dir = scratch(&format!("intercomm_{mode}_{}", flavour.name()));
+            let exe = compile(flavour, "intercomm.c", &dir);
+            let job = run(flavour, np, &exe, &dir).env("COMMTUNE_MODE", mode).go();
+            job.assert_success();
+            assert!(
+                job.stdout().contains("intercomm: results correct"),
+                "{mode}"
+            );
+            let report = job.report();
+            for site in report["sites"].as_array().unwrap() {
+                let codelets = site["codelets"].as_object().unwrap();
+                assert_eq!(codelets.keys().collect::<Vec<_>>(), ["native"], "{site:#}");
+            }
+        }
+    }
+}

@@ -5,10 +5,12 @@ mod common;
 
 use common::{Flavour, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line, sites};
 
-fn two_threads(flavour: Flavour, np: u64) {
-    let dir = scratch(&format!("threads_{}", flavour.name()));
+fn two_threads(flavour: Flavour, np: u64, mode: &str) {
+    let dir = scratch(&format!("threads_{mode}_{}", flavour.name()));
     let exe = compile(flavour, "threads.c", &dir);
-    let job = run(flavour, np as usize, &exe, &dir).go();
+    let job = run(flavour, np as usize, &exe, &dir)
+        .env("COMMTUNE_MODE", mode)
+        .go();
     job.assert_success();
     assert!(
         job.stdout().contains("threads: results correct"),
@@ -33,10 +35,21 @@ fn two_threads(flavour: Flavour, np: u64) {
 
 #[test]
 fn two_threads_openmpi() {
-    two_threads(OpenMpi, 4);
+    two_threads(OpenMpi, 4, "profile");
 }
 
 #[test]
 fn two_threads_mpich() {
-    two_threads(Mpich, 2);
+    two_threads(Mpich, 2, "profile");
+}
+
+/// Tuning on two communicators from two threads at once: correct results, every call counted.
+#[test]
+fn two_threads_tuned_openmpi() {
+    two_threads(OpenMpi, 4, "tune");
+}
+
+#[test]
+fn two_threads_tuned_mpich() {
+    two_threads(Mpich, 2, "tune");
 }

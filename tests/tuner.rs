@@ -434,3 +434,37 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
     assert_eq!(t["winner"], "ring", "{t:#}");
     assert_eq!(t["search_instances"], ALLREDUCE.len() as u64);
 }
+
+/// Calls that differ on one rank only (a datatype handle per call, local displacements) are one
+/// key for the tuner on every rank: no deadlock, correct results, and the search reaches a
+/// decision.
+fn local_variants(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("tuner_local_variants_{}", flavour.name()));
+    let exe = compile(flavour, "local_variants.c", &dir);
+    let job = run(flavour, np, &exe, &dir)
+        .args(&["400"])
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains("local_variants: results correct"));
+    let report = job.report();
+    for marker in ["SITE:alltoall", "SITE:allgatherv"] {
+        let line = marker_line("local_variants.c", marker);
+        for site in sites(&report)
+            .iter()
+            .filter(|s| s["line"].as_u64() == Some(line))
+        {
+            assert_eq!(tuning(site)["phase"], "production", "{marker}: {site:#}");
+        }
+    }
+}
+
+#[test]
+fn local_variants_are_one_key_openmpi() {
+    local_variants(OpenMpi, 3);
+}
+
+#[test]
+fn local_variants_are_one_key_mpich() {
+    local_variants(Mpich, 2);
+}

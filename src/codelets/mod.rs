@@ -87,8 +87,11 @@ pub struct Facts {
     pub size: i32,
     pub intercomm: bool,
     pub commutative: bool,
-    /// A large-count (`_c`) call whose counts do not fit the int-count PMPI calls codelets use.
+    /// Counts beyond the int range of the PMPI calls codelets use (large-count `_c` calls).
     pub counts_overflow_int: bool,
+    /// Bytes the call moves in all (the same on every rank): codelets need scratch space of
+    /// that order, which must not fail on one rank only.
+    pub bytes: i64,
 }
 
 /// One implementation of an operation `C` (a call record of src/mpi).
@@ -106,13 +109,19 @@ pub enum Unmet {
     Requirement(Requirement),
     /// Counts beyond the int range of the point-to-point calls codelets use.
     LargeCounts,
+    /// More data than codelets take on (they allocate scratch space of that order).
+    TooLarge,
 }
+
+/// The largest call (bytes in all) a codelet runs; larger ones stay native.
+pub const MAX_CODELET_BYTES: i64 = 256 << 20;
 
 impl Unmet {
     pub fn describe(self) -> String {
         match self {
             Unmet::Requirement(r) => format!("needs {}", r.describe()),
             Unmet::LargeCounts => "needs counts that fit in an int".to_string(),
+            Unmet::TooLarge => format!("needs at most {MAX_CODELET_BYTES} bytes in all"),
         }
     }
 }
@@ -122,6 +131,9 @@ impl<C> Codelet<C> {
     pub fn unmet(&self, facts: &Facts) -> Option<Unmet> {
         if self.run.is_some() && facts.counts_overflow_int {
             return Some(Unmet::LargeCounts);
+        }
+        if self.run.is_some() && facts.bytes > MAX_CODELET_BYTES {
+            return Some(Unmet::TooLarge);
         }
         self.requires
             .iter()

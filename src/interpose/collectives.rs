@@ -34,7 +34,7 @@ pub extern "C" fn commtune_allreduce(
         comm,
         large: large != 0,
     };
-    if !runtime::enabled() || runtime::process().is_none() {
+    if !runtime::enabled() || runtime::process().is_none() || !mpi::are_valid(comm, &[datatype]) {
         return call.native();
     }
     let in_place = mpi::is_in_place(sendbuf);
@@ -88,7 +88,10 @@ pub extern "C" fn commtune_alltoall(
         comm,
         large: large != 0,
     };
-    if !runtime::enabled() || runtime::process().is_none() {
+    if !runtime::enabled()
+        || runtime::process().is_none()
+        || !mpi::are_valid(comm, &[sendtype, recvtype])
+    {
         return call.native();
     }
     let in_place = mpi::is_in_place(sendbuf);
@@ -104,7 +107,7 @@ pub extern "C" fn commtune_alltoall(
         ],
     };
     let entry = keys::entry(key, |_| {
-        let size = mpi::comm_size(comm);
+        let size = mpi::group_size(comm);
         let send = if in_place {
             "in_place".to_string()
         } else {
@@ -151,11 +154,15 @@ pub extern "C" fn commtune_allgatherv(
         comm,
         large,
     };
-    if !runtime::enabled() || runtime::process().is_none() {
+    if !runtime::enabled()
+        || runtime::process().is_none()
+        || !mpi::are_valid(comm, &[sendtype, recvtype])
+    {
         return call.native();
     }
     let in_place = mpi::is_in_place(sendbuf);
-    let size = mpi::comm_size(comm).max(0) as usize;
+    // One entry per rank of the (remote, for an intercommunicator) group.
+    let size = mpi::group_size(comm).max(0) as usize;
     let mut layout = FxHasher::default();
     for i in 0..size {
         layout.write_i64(call.recvcounts.get(i));

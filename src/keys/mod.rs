@@ -71,7 +71,7 @@ pub struct Entry {
     pub description: Description,
     /// Identifies the key across ranks (site, operation, signature): what checkpoints compare.
     pub agree_hash: u64,
-    pub tuner: tuner::KeyTuner,
+    pub tuner: tuner::TunerLink,
     /// Calls per codelet (registry index), counted without a lock.
     calls: [AtomicU64; MAX_CODELETS],
     stats: Mutex<Stats>,
@@ -172,7 +172,9 @@ impl Entry {
                 .collect(),
             notes: s.notes.clone(),
             tuning: (runtime::config().mode == Mode::Tune && self.op != Op::Halo)
-                .then(|| self.tuner.report(&names, ns_per_tick)),
+                .then(|| self.tuner.current.get())
+                .flatten()
+                .map(|t| t.report(&names, ns_per_tick)),
         }
     }
 }
@@ -259,7 +261,7 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
             site,
             description,
             agree_hash,
-            tuner: tuner::KeyTuner::default(),
+            tuner: tuner::TunerLink::default(),
             calls: Default::default(),
             stats: Mutex::new(Stats {
                 min: u64::MAX,

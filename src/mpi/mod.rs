@@ -156,6 +156,27 @@ pub fn is_intercomm(comm: MPI_Comm) -> bool {
     flag != 0
 }
 
+/// Ranks whose data a collective's per-rank arrays describe: the remote group of an
+/// intercommunicator, else the communicator's own size.
+pub fn group_size(comm: MPI_Comm) -> c_int {
+    if is_intercomm(comm) {
+        let mut size = 0;
+        // SAFETY: writes one int.
+        unsafe { ffi::PMPI_Comm_remote_size(comm, &mut size) };
+        size
+    } else {
+        comm_size(comm)
+    }
+}
+
+/// Whether the call's handles are not the null handles. A call with a null handle goes straight
+/// to MPI, so that MPI reports the error from the application's own call, as it would without us.
+pub fn are_valid(comm: MPI_Comm, datatypes: &[MPI_Datatype]) -> bool {
+    // SAFETY: reading constants exported by mpi-sys.
+    let (comm_null, type_null) = unsafe { (ffi::RSMPI_COMM_NULL, ffi::RSMPI_DATATYPE_NULL) };
+    comm.bits() != comm_null.bits() && datatypes.iter().all(|d| d.bits() != type_null.bits())
+}
+
 /// Invokes the error handler of the application's communicator, as the MPI call would have.
 pub fn call_errhandler(comm: MPI_Comm, code: c_int) {
     // SAFETY: reports an error code on the application's communicator.

@@ -66,8 +66,8 @@ fn cpython() -> Option<&'static CPython> {
 static SITES: Mutex<Vec<PythonFrame>> = Mutex::new(Vec::new());
 static BY_LOCATION: LazyLock<DashMap<(String, u32), SiteRef, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
-/// (code object address, line) to site: code objects live as long as their module, so after the
-/// first call from a line no string is read or allocated.
+/// (code object address, line) to site: after the first call from a line no string is read or
+/// allocated (each code object in this map is kept alive).
 static BY_CODE: LazyLock<DashMap<(usize, u32), SiteRef, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
@@ -102,7 +102,10 @@ unsafe fn frame_site(api: &CPython) -> Option<SiteRef> {
         }
         let key = (code as usize, line);
         let site = match BY_CODE.get(&key) {
-            Some(site) => *site,
+            Some(site) => {
+                (api.dec_ref)(code);
+                *site
+            }
             None => {
                 let site = intern(PythonFrame {
                     file: text(api, code, c"co_filename"),
@@ -110,10 +113,11 @@ unsafe fn frame_site(api: &CPython) -> Option<SiteRef> {
                     function: text(api, code, c"co_name"),
                 });
                 BY_CODE.insert(key, site);
+                // The reference is kept: the code object can never be freed and its address
+                // reused by another one, which would name another site on this rank only.
                 site
             }
         };
-        (api.dec_ref)(code);
         Some(site)
     }
 }

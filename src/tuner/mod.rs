@@ -28,7 +28,8 @@ use std::sync::atomic::Ordering;
 
 pub use self::policy::Search;
 use self::policy::{Agreed, Candidate, Next, Plan};
-pub use self::state::KeyTuner;
+use self::state::KeyTuner;
+pub use self::state::TunerLink;
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget, lock,
@@ -131,11 +132,12 @@ impl Step {
     }
 }
 
-/// A call off the settled path: the call, its key, its communicator, the communicator's
-/// instance `n` and the key's call number `k`.
+/// A call off the settled path: the call, its local key, the tuner of its agreed identity, its
+/// communicator, the communicator's instance `n` and the key's call number `k`.
 struct At<'c, C> {
     call: &'c C,
     entry: &'static Entry,
+    tuner: &'static KeyTuner,
     slot: &'static CommSlot,
     n: u64,
     k: u64,
@@ -156,37 +158,43 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
 
 /// Runs one call of a tunable key.
 pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
-    let tuner = &entry.tuner;
-    let step = match tuner.comm.get().copied().or_else(|| {
-        let slot = comm_slot(call.comm())?;
-        Some(*tuner.comm.get_or_init(|| slot))
-    }) {
-        None => Step::native(Measure::Timed),
-        Some(slot) => {
-            // MPI serialises the collectives of a communicator, so these counters have one
-            // writer at a time: a load and a store, no locked read-modify-write.
-            let n = slot.instance.load(Ordering::Relaxed);
-            slot.instance.store(n + 1, Ordering::Relaxed);
-            let k = tuner.instances.load(Ordering::Relaxed) + 1;
-            tuner.instances.store(k, Ordering::Relaxed);
-            let settled = tuner.settled.load(Ordering::Relaxed);
-            let drift_at = tuner.drift_at.load(Ordering::Relaxed);
-            // The settled path: every input is the same on every rank at this instance.
-            if settled != 0
-                && k < drift_at
-                && (slot.searching.load(Ordering::Relaxed)
-                    || n < slot.next_check.load(Ordering::Relaxed))
-                && tuner.epoch.load(Ordering::Relaxed) == slot.epoch.load(Ordering::Relaxed)
-            {
-                Step {
-                    codelet: settled as usize - 1,
-                    barrier: None,
-                    measure: sampled(k, drift_at),
-                }
-            } else {
-                slow_step(call, entry, slot, n, k)
-            }
+    let slot = *entry.tuner.comm.get_or_init(|| comm_slot(call.comm()));
+    let epoch = slot.epoch.load(Ordering::Relaxed);
+    let tuner = match entry.tuner.current.get() {
+        Some(t) if t.epoch == epoch => t,
+        _ => {
+            let t = lock(&slot.state).key(entry.agree_hash, epoch);
+            entry.tuner.current.set(t);
+            t
         }
+    };
+    // The application may call a communicator's collectives from one thread at a time only,
+    // so these counters have one writer: a load and a store, no locked read-modify-write.
+    let n = slot.instance.load(Ordering::Relaxed);
+    slot.instance.store(n + 1, Ordering::Relaxed);
+    let k = tuner.instances.load(Ordering::Relaxed) + 1;
+    tuner.instances.store(k, Ordering::Relaxed);
+    let settled = tuner.settled.load(Ordering::Relaxed);
+    let drift_at = tuner.drift_at.load(Ordering::Relaxed);
+    // The settled path: every input is the same on every rank at this instance.
+    let step = if settled != 0
+        && k < drift_at
+        && (slot.searching.load(Ordering::Relaxed) || n < slot.next_check.load(Ordering::Relaxed))
+    {
+        Step {
+            codelet: settled as usize - 1,
+            barrier: None,
+            measure: sampled(k, drift_at),
+        }
+    } else {
+        slow_step(&At {
+            call,
+            entry,
+            tuner,
+            slot,
+            n,
+            k,
+        })
     };
     let config = runtime::config();
     let timed = step.measure != Measure::Counted;
@@ -204,7 +212,7 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     if timed {
         let ticks = clock::now().saturating_sub(start);
         entry.record(ticks, step.codelet);
-        measured(entry, &step, start, ticks);
+        measured(tuner, &step, start, ticks);
     } else {
         entry.count(step.codelet);
     }
@@ -212,8 +220,8 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
 }
 
 /// Books a measured call into the key's search or drift window.
-fn measured(entry: &Entry, step: &Step, start: u64, ticks: u64) {
-    let mut key = lock(&entry.tuner.state);
+fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
+    let mut key = lock(&tuner.state);
     key.ticks += ticks;
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search { sample }) => {
@@ -229,61 +237,43 @@ fn measured(entry: &Entry, step: &Step, start: u64, ticks: u64) {
     }
 }
 
-/// Call `k` of `entry`'s key, instance `n` of its communicator, off the settled path: warm-up,
-/// checkpoints, search steps, drift checks, a new communicator epoch.
-fn slow_step<C: Operation>(
-    call: &C,
-    entry: &'static Entry,
-    slot: &'static CommSlot,
-    n: u64,
-    k: u64,
-) -> Step {
+/// A call off the settled path: warm-up, checkpoints, search steps, drift checks.
+fn slow_step<C: Operation>(at: &At<C>) -> Step {
+    let (slot, tuner, n, k) = (at.slot, at.tuner, at.n, at.k);
     let mut comm = lock(&slot.state);
-    let mut key = lock(&entry.tuner.state);
-    let epoch = slot.epoch.load(Ordering::Relaxed);
-    let k = if entry.tuner.epoch.load(Ordering::Relaxed) == epoch {
-        k
-    } else {
-        entry.tuner.restart(&mut key, epoch);
-        1
-    };
-    let at = At {
-        call,
-        entry,
-        slot,
-        n,
-        k,
-    };
+    let mut key = lock(&tuner.state);
     let tunable = *comm.tunable.get_or_insert_with(|| {
         // Every communicator is watched, tunable or not: when it is freed, its handle may come
-        // back for a communicator of another size on some ranks only.
-        let user = call.comm();
-        mpi::watch(user, forget).is_ok() && mpi::comm_size(user) > 1 && !mpi::is_intercomm(user)
+        // back for a communicator of another size on some ranks only. Whether it is tunable
+        // depends only on what every rank sees alike.
+        let user = at.call.comm();
+        let _ = mpi::watch(user, forget);
+        mpi::comm_size(user) > 1 && !mpi::is_intercomm(user)
     });
     if !tunable {
         slot.disable(&mut comm);
         key.reason = Some("a communicator of one rank or an intercommunicator");
-        entry.tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
+        tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
         return Step::native(sampled(k, u64::MAX));
     }
-    end_stalled_search(slot, &mut comm, entry, n);
-    if comm.is_active(entry) {
-        slot.set_active(&mut comm, Some((entry, n)));
-        return search_step(&at, &mut comm, &mut key);
+    end_stalled_search(slot, &mut comm, tuner, n);
+    if comm.is_active(tuner) {
+        slot.set_active(&mut comm, Some((tuner, n)));
+        return search_step(at, &mut comm, &mut key);
     }
     if comm.active.is_none() && n >= slot.next_check.load(Ordering::Relaxed) {
-        checkpoint(&at, &mut comm, &mut key);
-        if comm.is_active(entry) {
-            return search_step(&at, &mut comm, &mut key);
+        checkpoint(at, &mut comm, &mut key);
+        if comm.is_active(tuner) {
+            return search_step(at, &mut comm, &mut key);
         }
     }
-    if k >= entry.tuner.drift_at.load(Ordering::Relaxed)
+    if k >= tuner.drift_at.load(Ordering::Relaxed)
         && comm.active.is_none()
-        && let Some(step) = drift_check(&at, &mut comm, &mut key)
+        && let Some(step) = drift_check(at, &mut comm, &mut key)
     {
         return step;
     }
-    let drift_at = entry.tuner.drift_at.load(Ordering::Relaxed);
+    let drift_at = tuner.drift_at.load(Ordering::Relaxed);
     match &key.phase {
         Phase::Production(p) => Step {
             codelet: p.winner,
@@ -306,8 +296,7 @@ fn drift_check<C: Operation>(
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    at.entry
-        .tuner
+    at.tuner
         .drift_at
         .store(at.k + settings.drift_interval, Ordering::Relaxed);
     let ratio = drift_ratio(p);
@@ -367,7 +356,7 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
                 key.reason = Some(
                     "ranks reach this call from different call sites or with different signatures",
                 );
-                at.entry.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
+                at.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
         }
         Ok(agree::Checkpoint::Partial) => comm.interval = MIN_INTERVAL,
@@ -395,7 +384,7 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
         let production = Phase::Production(Production::new(0, at.k));
-        at.entry.tuner.settle(key, 0, production, u64::MAX);
+        at.tuner.settle(key, 0, production, u64::MAX);
         return false;
     }
     let plan = Plan::new(config.tuning.search, candidates, config.tuning.samples);
@@ -410,8 +399,8 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
     }));
     key.reason = None;
     key.searches += 1;
-    at.entry.tuner.unsettle();
-    at.slot.set_active(comm, Some((at.entry, at.n)));
+    at.tuner.unsettle();
+    at.slot.set_active(comm, Some((at.tuner, at.n)));
     true
 }
 
@@ -430,7 +419,7 @@ fn schedule(plan: &Plan) -> Vec<usize> {
 
 /// The next call of the key being searched.
 fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Step {
-    let (entry, slot, n, k) = (at.entry, at.slot, at.n, at.k);
+    let (entry, tuner, slot, n, k) = (at.entry, at.tuner, at.slot, at.n, at.k);
     let settings = runtime::config().tuning;
     let now = clock::now();
     let Phase::Searching(s) = &mut key.phase else {
@@ -475,9 +464,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
                 if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                     key.decided = Some(done.plan);
                 }
-                entry
-                    .tuner
-                    .settle(key, winner, phase, k + settings.drift_interval);
+                tuner.settle(key, winner, phase, k + settings.drift_interval);
                 slot.set_active(comm, None);
                 slot.next_check.store(n + 1, Ordering::Relaxed);
                 return Step {
@@ -576,15 +563,15 @@ fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
 
 /// Ends the active search if its key stopped being called (the same outcome on every rank: the
 /// instance counts are shared).
-fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, entry: &Entry, n: u64) {
+fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, tuner: &KeyTuner, n: u64) {
     let Some((active, last)) = comm.active else {
         return;
     };
-    if std::ptr::eq(active, entry) || n - last < STALL {
+    if std::ptr::eq(active, tuner) || n - last < STALL {
         return;
     }
-    let mut other = lock(&active.tuner.state);
-    let k = active.tuner.instances.load(Ordering::Relaxed);
+    let mut other = lock(&active.state);
+    let k = active.instances.load(Ordering::Relaxed);
     let winner = match &other.phase {
         Phase::Searching(s) => s.plan.winner(runtime::config().tuning.min_gain),
         _ => 0,
@@ -594,12 +581,8 @@ fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, entry: &Entry, n: 
     }
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
-    active.tuner.settle(
-        &mut other,
-        winner,
-        Phase::Production(Production::new(winner, k)),
-        drift_at,
-    );
+    let production = Phase::Production(Production::new(winner, k));
+    active.settle(&mut other, winner, production, drift_at);
     slot.set_active(comm, None);
     slot.next_check.store(n + 1, Ordering::Relaxed);
 }

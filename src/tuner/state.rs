@@ -1,22 +1,52 @@
 //! What the tuner remembers per communicator and per key. The settled path reads only atomics;
 //! everything else changes under the communicator's or the key's lock, in the slow path.
+//!
+//! A key's tuning state belongs to its *agreed* identity (site, operation, signature: what every
+//! rank can name alike) on one lifetime of a communicator, not to a local `keys::Entry`: local
+//! details that legally differ between ranks (handles of datatypes created per call, an
+//! allgatherv's displacements) split entries on one rank only, and must not split the tuning.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 use commtune_report::{CodeletEstimate, TuningData};
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 
 use super::policy::Plan;
-use crate::keys::{Entry, Table};
 use crate::mpi::{Comm, HandleBits, MPI_Comm};
 use crate::runtime;
 
-/// Bounds of the spacing of checkpoints, in collective instances of the communicator.
+/// Bounds of the spacing of checkpoints, in collective instances of the communicator: a
+/// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
 pub const MIN_INTERVAL: u64 = 4;
-pub const MAX_INTERVAL: u64 = 1024;
+pub const MAX_INTERVAL: u64 = 1 << 16;
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A reference to a value that lives until the process ends, replaceable without a lock.
+pub struct LeakedCell<T: 'static>(AtomicPtr<T>);
+
+impl<T: 'static> Default for LeakedCell<T> {
+    fn default() -> Self {
+        LeakedCell(AtomicPtr::new(std::ptr::null_mut()))
+    }
+}
+
+impl<T: Sync + 'static> LeakedCell<T> {
+    pub fn get(&self) -> Option<&'static T> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: the cell only ever holds null or a pointer taken from a `&'static T` (a leaked
+        // value that is never freed), so a non-null pointer is valid for the whole process.
+        unsafe { p.as_ref() }
+    }
+
+    pub fn set(&self, value: &'static T) {
+        self.0.store(value as *const T as *mut T, Ordering::Release);
+    }
 }
 
 /// One communicator handle. `epoch` changes when the application frees the communicator, so a
@@ -39,7 +69,9 @@ pub struct CommTuning {
     pub tunable: Option<bool>,
     pub private: Option<Comm>,
     /// The key being searched, and the communicator instance of its latest call.
-    pub active: Option<(&'static Entry, u64)>,
+    pub active: Option<(&'static KeyTuner, u64)>,
+    /// The keys of this epoch, by agreed identity.
+    keys: HashMap<u64, &'static KeyTuner, FxBuildHasher>,
 }
 
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
@@ -52,11 +84,19 @@ impl CommTuning {
             tunable: None,
             private: None,
             active: None,
+            keys: HashMap::default(),
         }
     }
 
-    pub fn is_active(&self, entry: &Entry) -> bool {
-        self.active.is_some_and(|(e, _)| std::ptr::eq(e, entry))
+    pub fn is_active(&self, tuner: &KeyTuner) -> bool {
+        self.active.is_some_and(|(t, _)| std::ptr::eq(t, tuner))
+    }
+
+    /// The tuner of the key with agreed identity `agree_hash` in epoch `epoch`.
+    pub fn key(&mut self, agree_hash: u64, epoch: u64) -> &'static KeyTuner {
+        self.keys
+            .entry(agree_hash)
+            .or_insert_with(|| Box::leak(Box::new(KeyTuner::new(epoch))))
     }
 }
 
@@ -82,7 +122,7 @@ impl CommSlot {
     }
 
     /// Starts or ends the search of `active` (None: no search).
-    pub fn set_active(&self, comm: &mut CommTuning, active: Option<(&'static Entry, u64)>) {
+    pub fn set_active(&self, comm: &mut CommTuning, active: Option<(&'static KeyTuner, u64)>) {
         comm.active = active;
         self.searching.store(active.is_some(), Ordering::Relaxed);
     }
@@ -94,19 +134,21 @@ impl CommSlot {
     }
 }
 
-static COMMS: LazyLock<Table<usize, CommSlot>> = LazyLock::new(|| Table::new(1 << 12));
+/// Every communicator handle seen, for the whole run (a handle's slot is reset, not removed,
+/// when the communicator is freed): no limit that could make one rank behave differently.
+static COMMS: LazyLock<DashMap<usize, &'static CommSlot, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
 
-/// The slot of `comm` (None only when the table is full: such communicators stay native).
-pub fn comm_slot(comm: MPI_Comm) -> Option<&'static CommSlot> {
-    let bits = comm.bits();
-    COMMS
-        .get(&bits)
-        .or_else(|| COMMS.insert(bits, CommSlot::new()))
+/// The slot of `comm`.
+pub fn comm_slot(comm: MPI_Comm) -> &'static CommSlot {
+    *COMMS
+        .entry(comm.bits())
+        .or_insert_with(|| Box::leak(Box::new(CommSlot::new())))
 }
 
 /// The application freed a communicator: its handle may come back for another one.
 pub fn forget(bits: usize) {
-    if let Some(slot) = COMMS.get(&bits) {
+    if let Some(slot) = COMMS.get(&bits).map(|s| *s) {
         let mut comm = lock(&slot.state);
         *comm = CommTuning::new();
         slot.instance.store(0, Ordering::Relaxed);
@@ -117,34 +159,38 @@ pub fn forget(bits: usize) {
     }
 }
 
+/// How an entry reaches its tuner: its communicator's slot, and the tuner of its agreed
+/// identity in the slot's current epoch.
+#[derive(Default)]
+pub struct TunerLink {
+    pub comm: OnceLock<&'static CommSlot>,
+    pub current: LeakedCell<KeyTuner>,
+}
+
 /// A key's tuner: what the settled path reads without a lock, and the rest under one.
 pub struct KeyTuner {
     /// The communicator epoch this state belongs to.
-    pub epoch: AtomicU64,
+    pub epoch: u64,
     /// Calls of the key in this epoch.
     pub instances: AtomicU64,
     /// The codelet every call runs from now on, plus one (0: not settled, take the slow path).
     pub settled: AtomicU64,
     /// The call number of the next drift check (u64::MAX: none).
     pub drift_at: AtomicU64,
-    pub comm: OnceLock<&'static CommSlot>,
     pub state: Mutex<KeyTuning>,
 }
 
-impl Default for KeyTuner {
-    fn default() -> Self {
+impl KeyTuner {
+    fn new(epoch: u64) -> KeyTuner {
         KeyTuner {
-            epoch: AtomicU64::new(0),
+            epoch,
             instances: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             drift_at: AtomicU64::new(u64::MAX),
-            comm: OnceLock::new(),
             state: Mutex::new(KeyTuning::default()),
         }
     }
-}
 
-impl KeyTuner {
     /// From now on every call runs `codelet`, with a drift check at call `drift_at`.
     pub fn settle(&self, key: &mut KeyTuning, codelet: usize, phase: Phase, drift_at: u64) {
         key.phase = phase;
@@ -156,14 +202,6 @@ impl KeyTuner {
     pub fn unsettle(&self) {
         self.settled.store(0, Ordering::Relaxed);
         self.drift_at.store(u64::MAX, Ordering::Relaxed);
-    }
-
-    /// A fresh state for a new epoch of the communicator, this call being the first.
-    pub fn restart(&self, key: &mut KeyTuning, epoch: u64) {
-        *key = KeyTuning::default();
-        self.epoch.store(epoch, Ordering::Relaxed);
-        self.instances.store(1, Ordering::Relaxed);
-        self.unsettle();
     }
 
     /// The key's tuning as the report shows it (`names`: the operation's codelets; durations

@@ -235,6 +235,9 @@ impl Run<'_> {
                 report_path.to_string_lossy().into_owned(),
             ));
         }
+        if !env.iter().any(|(k, _)| k == "COMMTUNE_MODE") {
+            env.push(("COMMTUNE_MODE".into(), "profile".into()));
+        }
         if self.preload {
             let lib = self.flavour.library();
             env.push(("LD_PRELOAD".into(), lib.to_string_lossy().into_owned()));

@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use super::{Result, start};
+use super::{Gathered, start};
 use crate::codelets::{Attributes, Codelet, Partners, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, copy};
 use crate::mpi::{self, Allgatherv, Comm};
@@ -21,7 +21,7 @@ pub const CODELET: Codelet<Allgatherv> = Codelet {
 
 fn run(call: &Allgatherv, comm: &Comm) -> MpiResult {
     let (p, rank) = (comm.size, comm.rank);
-    let Some(result) = Result::new(call, p)? else {
+    let Some(result) = Gathered::new(call, p)? else {
         return Ok(());
     };
     let counts = result.int_counts()?;
@@ -45,7 +45,7 @@ fn run(call: &Allgatherv, comm: &Comm) -> MpiResult {
 }
 
 /// The root's side of the MPI_Gatherv: straight into the result, its own block in place.
-fn gather_at_root(comm: &Comm, result: &Result, counts: &[c_int]) -> MpiResult {
+fn gather_at_root(comm: &Comm, result: &Gathered, counts: &[c_int]) -> MpiResult {
     let displs: Option<Vec<c_int>> = result
         .displs
         .iter()

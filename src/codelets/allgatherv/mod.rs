@@ -4,7 +4,7 @@
 //! displs[i] extents after the receive buffer; blocks may come in any order with gaps between
 //! them, and only their bytes may be written. A block has the same type signature on every rank,
 //! but counts, displacements and datatypes may differ between ranks, so codelets address blocks
-//! only through `Result`: as slices of the receive buffer, or several at once through an indexed
+//! only through `Gathered`: as slices of the receive buffer, or several at once through an indexed
 //! datatype that lists them in the order both sides of a message agree on.
 
 mod bruck;
@@ -47,15 +47,25 @@ impl Operation for Allgatherv {
 
     fn facts(&self) -> Facts {
         let size = mpi::comm_size(self.comm);
+        if mpi::is_intercomm(self.comm) {
+            // The arrays have one entry per rank of the remote group: not read here at all.
+            return Facts {
+                size,
+                intercomm: true,
+                ..Facts::default()
+            };
+        }
         // Judged by the bytes of the result, which every rank agrees on, not by this rank's
         // counts and displacements, which may differ between ranks: a verdict that differed would
         // run a codelet on some ranks and native on others. Within the limit every count fits
         // (counts exceed bytes only for empty datatypes, and then nothing moves); displacements
         // never need to fit (`Indexed` and `linear` take any).
+        let total = total_bytes(self, size);
         Facts {
             size,
-            intercomm: mpi::is_intercomm(self.comm),
-            counts_overflow_int: total_bytes(self, size) > i64::from(c_int::MAX),
+            intercomm: false,
+            counts_overflow_int: total > i64::from(c_int::MAX),
+            bytes: total,
             ..Facts::default()
         }
     }
@@ -74,22 +84,22 @@ fn total_bytes(call: &Allgatherv, size: i32) -> i64 {
 }
 
 /// The result buffer of one call and where each rank's block lies in it.
-struct Result {
+struct Gathered {
     /// The receive buffer as elements of recvtype (count unused).
     base: Buf,
     counts: Vec<i64>,
     displs: Vec<i64>,
 }
 
-impl Result {
+impl Gathered {
     /// The result of `call` for `size` ranks; None when it has no bytes at all (then on every
     /// rank alike, so all skip the exchange together).
-    fn new(call: &Allgatherv, size: i32) -> MpiResult<Option<Result>> {
+    fn new(call: &Allgatherv, size: i32) -> MpiResult<Option<Gathered>> {
         if total_bytes(call, size) == 0 {
             return Ok(None);
         }
         let n = size as usize;
-        Ok(Some(Result {
+        Ok(Some(Gathered {
             base: Buf::new(call.recvbuf, 0, call.recvtype)?,
             counts: (0..n).map(|i| call.recvcounts.get(i)).collect(),
             displs: (0..n).map(|i| call.displs.get(i)).collect(),
@@ -141,7 +151,7 @@ struct Selection {
 }
 
 /// Puts this rank's own block into the result (already there with MPI_IN_PLACE).
-fn start(call: &Allgatherv, result: &Result, rank: i32) -> MpiResult {
+fn start(call: &Allgatherv, result: &Gathered, rank: i32) -> MpiResult {
     // An empty own block needs no copy, and its send count may be anything for an empty
     // datatype.
     if mpi::is_in_place(call.sendbuf) || result.counts[rank as usize] == 0 {
@@ -153,7 +163,7 @@ fn start(call: &Allgatherv, result: &Result, rank: i32) -> MpiResult {
 
 /// Runs an allgather schedule: each step one MPI_Sendrecv of the listed blocks.
 fn exchange(call: &Allgatherv, comm: &Comm, schedule: fn(i32, i32) -> Vec<Exchange>) -> MpiResult {
-    let Some(result) = Result::new(call, comm.size)? else {
+    let Some(result) = Gathered::new(call, comm.size)? else {
         return Ok(());
     };
     start(call, &result, comm.rank)?;

@@ -52,6 +52,7 @@ impl Operation for Allreduce {
             intercomm: mpi::is_intercomm(self.comm),
             commutative: is_commutative(self.op),
             counts_overflow_int: self.count > i64::from(c_int::MAX),
+            bytes: self.count.saturating_mul(mpi::type_size(self.datatype)),
         }
     }
 

@@ -47,6 +47,13 @@ impl Operation for Alltoall {
 
     fn facts(&self) -> Facts {
         let size = mpi::comm_size(self.comm);
+        if mpi::is_intercomm(self.comm) {
+            return Facts {
+                size,
+                intercomm: true,
+                ..Facts::default()
+            };
+        }
         // Judged by bytes, which every rank agrees on, not by this rank's counts, which may
         // differ between ranks (a different datatype on each): a verdict that differed would run
         // a codelet on some ranks and native on others. Within the limit every count fits too
@@ -55,8 +62,9 @@ impl Operation for Alltoall {
         let total = block_bytes(self).saturating_mul(i64::from(size));
         Facts {
             size,
-            intercomm: mpi::is_intercomm(self.comm),
+            intercomm: false,
             counts_overflow_int: total > i64::from(c_int::MAX),
+            bytes: total,
             ..Facts::default()
         }
     }
