@@ -362,15 +362,13 @@ fn bad_duration(item: &str) -> String {
     format!("`{item}`: the duration must be a number with ns, us, ms or s")
 }
 
-/// `300us`, `1.5ms`, `2s`, `500ns`.
+/// `300us`, `1.5ms`, `2s`, `500ns`, `1e-3s` (the unit is the trailing letters).
 fn parse_duration(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .trim()
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
+    let number_end = text
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .len();
+    let (number, unit) = text.split_at(number_end);
+    let value: f64 = number.trim().parse().ok()?;
     let seconds = match unit {
         "ns" => value * 1e-9,
         "us" => value * 1e-6,
@@ -378,7 +376,7 @@ fn parse_duration(text: &str) -> Option<Duration> {
         "s" => value,
         _ => return None,
     };
-    Some(Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// Variables the `commtune` CLI sets for its own use, not knobs of the library.
@@ -518,6 +516,14 @@ mod tests {
             Some(Duration::from_micros(1500))
         );
         assert_eq!(c.delay(Op::Alltoall, 0, 0), None);
+        assert_eq!(parse_duration("1e-3s"), Some(Duration::from_millis(1)));
+        assert_eq!(
+            parse_duration("1e30s"),
+            None,
+            "too long for a Duration: no panic"
+        );
+        assert_eq!(parse_duration("-1ms"), None);
+        assert_eq!(parse_duration("5"), None);
     }
 
     #[test]

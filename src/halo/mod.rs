@@ -221,5 +221,6 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         merge_key: format!("episode {ordinal}"),
         signature,
         bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
+        tunable: true,
     }
 }

@@ -61,6 +61,7 @@ pub extern "C" fn commtune_allreduce(
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(),
+            tunable: true,
         }
     });
     dispatch(&call, entry)
@@ -124,6 +125,7 @@ pub extern "C" fn commtune_alltoall(
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(i64::from(size)),
+            tunable: true,
         }
     });
     dispatch(&call, entry)
@@ -198,6 +200,7 @@ pub extern "C" fn commtune_allgatherv(
             signature: format!("{send} {merge_key}"),
             merge_key,
             bytes_per_call: call.bytes(size),
+            tunable: true,
         }
     });
     dispatch(&call, entry)

@@ -63,7 +63,27 @@ pub struct Description {
     pub merge_key: String,
     pub signature: String,
     pub bytes_per_call: u64,
+    /// False for the key that gathers a site's signatures beyond `MAX_SIGNATURES`.
+    pub tunable: bool,
 }
+
+/// Distinct signatures one site keeps apart; later ones share one untuned key, so that memory
+/// stays bounded when a call's counts change every time (as in particle codes). Signatures are
+/// the same on every rank, so every rank folds the same ones.
+const MAX_SIGNATURES: usize = 32;
+/// Local variants of one signature (handles, displacements: what may differ between ranks) that
+/// get their own entry; later ones share the first.
+const MAX_VARIANTS: usize = 16;
+
+/// The entries of one site and operation, by signature.
+#[derive(Default)]
+struct SiteKeys {
+    signatures: Vec<(String, &'static Entry, usize)>,
+    other: Option<&'static Entry>,
+}
+
+static SITES: LazyLock<DashMap<(SiteRef, Op), SiteKeys, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
 
 pub struct Entry {
     pub op: Op,
@@ -242,44 +262,86 @@ fn application_entry(
 }
 
 fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
-    *REGISTRY.entry(key).or_insert_with(|| {
-        let site = site::describe(key.caller);
-        let description = describe(key.caller);
-        if runtime::config().verbose >= 2 {
-            eprintln!(
-                "commtune[{}]: new {} site {}+{:#x}: {}",
-                runtime::process().map_or(-1, |p| i64::from(p.rank)),
-                key.op.name(),
-                site.object,
-                site.address,
-                description.signature
-            );
+    if let Some(entry) = REGISTRY.get(&key) {
+        return *entry;
+    }
+    let description = describe(key.caller);
+    let mut site = SITES.entry((key.caller, key.op)).or_default();
+    let SiteKeys { signatures, other } = &mut *site;
+    let full = signatures.len() >= MAX_SIGNATURES;
+    let entry = match signatures
+        .iter_mut()
+        .find(|(merge_key, _, _)| *merge_key == description.merge_key)
+    {
+        Some((_, first, variants)) if *variants >= MAX_VARIANTS => *first,
+        Some((_, _, variants)) => {
+            *variants += 1;
+            new_entry(key, description)
         }
-        let agree_hash = FxBuildHasher.hash_one((site.id, key.op, &description.merge_key));
-        Box::leak(Box::new(Entry {
-            op: key.op,
-            site,
-            description,
-            agree_hash,
-            tuner: tuner::TunerLink::default(),
-            calls: Default::default(),
-            stats: Mutex::new(Stats {
-                min: u64::MAX,
-                max: 0,
-                histogram: new_histogram(),
-                timed: [0; MAX_CODELETS],
-                ticks: [0; MAX_CODELETS],
-                notes: Vec::new(),
-            }),
-        }))
-    })
+        None if full => *other.get_or_insert_with(|| {
+            new_entry(
+                key,
+                Description {
+                    merge_key: "other signatures".into(),
+                    signature: format!(
+                        "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
+                    ),
+                    bytes_per_call: 0,
+                    tunable: false,
+                },
+            )
+        }),
+        None => {
+            let merge_key = description.merge_key.clone();
+            let entry = new_entry(key, description);
+            signatures.push((merge_key, entry, 1));
+            entry
+        }
+    };
+    drop(site);
+    *REGISTRY.entry(key).or_insert(entry)
+}
+
+fn new_entry(key: CallKey, description: Description) -> &'static Entry {
+    let site = site::describe(key.caller);
+    if runtime::config().verbose >= 2 {
+        eprintln!(
+            "commtune[{}]: new {} site {}+{:#x}: {}",
+            runtime::process().map_or(-1, |p| i64::from(p.rank)),
+            key.op.name(),
+            site.object,
+            site.address,
+            description.signature
+        );
+    }
+    let agree_hash = FxBuildHasher.hash_one((site.id, key.op, &description.merge_key));
+    Box::leak(Box::new(Entry {
+        op: key.op,
+        site,
+        description,
+        agree_hash,
+        tuner: tuner::TunerLink::default(),
+        calls: Default::default(),
+        stats: Mutex::new(Stats {
+            min: u64::MAX,
+            max: 0,
+            histogram: new_histogram(),
+            timed: [0; MAX_CODELETS],
+            ticks: [0; MAX_CODELETS],
+            notes: Vec::new(),
+        }),
+    }))
 }
 
 /// Every key seen by this process, for the report.
 pub fn all(ns_per_tick: f64) -> Vec<KeyData> {
-    REGISTRY
+    // Several raw keys may share one entry (see `MAX_VARIANTS`): each entry once.
+    let mut entries: Vec<&'static Entry> = REGISTRY.iter().map(|e| *e.value()).collect();
+    entries.sort_by_key(|e| *e as *const Entry as usize);
+    entries.dedup_by(|a, b| std::ptr::eq(*a, *b));
+    entries
         .iter()
-        .map(|e| e.value().data(ns_per_tick))
+        .map(|e| e.data(ns_per_tick))
         .filter(|k| k.calls > 0)
         .collect()
 }

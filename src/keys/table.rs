@@ -47,8 +47,14 @@ impl<K: Hash + Eq + Sync, V: Sync> Table<K, V> {
     }
 
     /// Inserts `value` unless `key` is present; returns the value stored for `key`, or None when
-    /// its probe sequence is full.
+    /// its probe sequence is full (then nothing is allocated).
     pub fn insert(&self, key: K, value: V) -> Option<&'static V> {
+        if let Some(v) = self.get(&key) {
+            return Some(v);
+        }
+        if self.probe(&key).all(|slot| slot.get().is_some()) {
+            return None;
+        }
         let entry: &'static (K, V) = Box::leak(Box::new((key, value)));
         let mut mine = Some(entry);
         for slot in self.probe(&entry.0) {

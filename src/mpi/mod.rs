@@ -263,18 +263,34 @@ pub fn comm_free(mut comm: MPI_Comm) {
 }
 
 /// Gathers variable-length byte strings to rank 0 of `comm` (None on other ranks or on error).
+/// Every rank takes the same path: lengths first (64-bit), then rank 0 says whether the total
+/// fits one MPI_Gatherv; if not, every rank sends nothing and rank 0 gets only its own string.
 pub fn gather_bytes(comm: MPI_Comm, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
     let rank = comm_rank(comm);
-    let size = comm_size(comm) as usize;
-    let len = c_int::try_from(mine.len()).ok()?;
-    let mut lens = vec![0 as c_int; if rank == 0 { size } else { 0 }];
-    // SAFETY: lens has `size` ints on the root, where alone it is written.
+    let size = comm_size(comm).max(0) as usize;
+    let len = mine.len() as i64;
+    let mut lens = vec![0i64; if rank == 0 { size } else { 0 }];
+    // SAFETY: lens has `size` int64s on the root, where alone it is written.
     let rc = unsafe {
         ffi::PMPI_Gather(
-            (&len as *const c_int).cast(),
+            (&len as *const i64).cast(),
             1,
-            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_INT64_T,
             lens.as_mut_ptr().cast(),
+            1,
+            ffi::RSMPI_INT64_T,
+            0,
+            comm,
+        )
+    };
+    if rc != SUCCESS {
+        return None;
+    }
+    let mut fits = c_int::from(lens.iter().sum::<i64>() <= i64::from(c_int::MAX));
+    // SAFETY: broadcasts one int we own.
+    let rc = unsafe {
+        ffi::PMPI_Bcast(
+            (&mut fits as *mut c_int).cast(),
             1,
             ffi::RSMPI_INT32_T,
             0,
@@ -284,21 +300,26 @@ pub fn gather_bytes(comm: MPI_Comm, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
     if rc != SUCCESS {
         return None;
     }
-    let mut displs = Vec::with_capacity(lens.len());
+    if fits == 0 {
+        return (rank == 0).then(|| vec![mine.to_vec()]);
+    }
+    let counts: Vec<c_int> = lens.iter().map(|&l| l as c_int).collect();
+    let mut displs = Vec::with_capacity(counts.len());
     let mut total: usize = 0;
-    for &l in &lens {
-        displs.push(c_int::try_from(total).ok()?);
+    for &l in &counts {
+        displs.push(total as c_int);
         total += l as usize;
     }
     let mut all = vec![0u8; total];
-    // SAFETY: `all` holds the sum of all lengths on the root; other ranks only send.
+    // SAFETY: `all` holds the sum of all lengths on the root, which fits an int; every rank's
+    // own length fits too (it is part of that sum).
     let rc = unsafe {
         ffi::PMPI_Gatherv(
             mine.as_ptr().cast(),
-            len,
+            len as c_int,
             constants().byte,
             all.as_mut_ptr().cast(),
-            lens.as_ptr(),
+            counts.as_ptr(),
             displs.as_ptr(),
             constants().byte,
             0,
@@ -309,7 +330,8 @@ pub fn gather_bytes(comm: MPI_Comm, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
         return None;
     }
     Some(
-        lens.iter()
+        counts
+            .iter()
             .zip(&displs)
             .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
             .collect(),

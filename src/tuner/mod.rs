@@ -256,6 +256,10 @@ fn slow_step<C: Operation>(at: &At<C>) -> Step {
         tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
         return Step::native(sampled(k, u64::MAX));
     }
+    if !at.entry.description.tunable && matches!(key.phase, Phase::Warmup) {
+        key.reason = Some("too many signatures at this site: the rest share one untuned key");
+        tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
+    }
     end_stalled_search(slot, &mut comm, tuner, n);
     if comm.is_active(tuner) {
         slot.set_active(&mut comm, Some((tuner, n)));
