@@ -15,13 +15,15 @@ pub fn merge(
     mut locate: impl FnMut(&SiteData) -> Location,
 ) -> Report {
     let total_run_ns: u64 = ranks.iter().map(|r| r.run_ns).sum();
-    let mut groups: BTreeMap<(u64, Op, &str), Vec<&KeyData>> = BTreeMap::new();
+    // A rank may have several keys in one group (two communicators of one size at one line,
+    // local variants of a signature): grouped by rank too, so that per-rank figures add up.
+    let mut groups: BTreeMap<(u64, Op, &str), Vec<(u32, &KeyData)>> = BTreeMap::new();
     for rank in ranks {
         for key in &rank.keys {
             groups
                 .entry((key.site.id, key.op, key.merge_key.as_str()))
                 .or_default()
-                .push(key);
+                .push((rank.rank, key));
         }
     }
     let mut sites: Vec<SiteReport> = groups
@@ -44,17 +46,33 @@ pub fn merge(
     }
 }
 
+/// One rank's figures for a group of keys.
+#[derive(Default)]
+struct PerRank {
+    calls: u64,
+    bytes: u64,
+    total_ns: u64,
+}
+
 fn merge_key(
-    keys: &[&KeyData],
+    ranked: &[(u32, &KeyData)],
     total_run_ns: u64,
     locate: &mut impl FnMut(&SiteData) -> Location,
 ) -> SiteReport {
+    let keys: Vec<&KeyData> = ranked.iter().map(|(_, k)| *k).collect();
+    let mut per_rank: BTreeMap<u32, PerRank> = BTreeMap::new();
+    for (rank, key) in ranked {
+        let r = per_rank.entry(*rank).or_default();
+        r.calls += key.calls;
+        r.bytes += key.bytes;
+        r.total_ns += key.total_ns;
+    }
     let first = keys[0];
     let location = locate(&first.site);
     let mut histogram: BTreeMap<u64, u64> = BTreeMap::new();
     let mut codelets: BTreeMap<String, u64> = BTreeMap::new();
     let mut notes: Vec<String> = Vec::new();
-    for key in keys {
+    for key in &keys {
         for note in &key.notes {
             if !notes.contains(note) {
                 notes.push(note.clone());
@@ -67,9 +85,9 @@ fn merge_key(
             *codelets.entry(name.clone()).or_default() += n;
         }
     }
-    let range = |f: &dyn Fn(&KeyData) -> u64| Range {
-        min: keys.iter().map(|k| f(k)).min().unwrap_or(0),
-        max: keys.iter().map(|k| f(k)).max().unwrap_or(0),
+    let range = |f: &dyn Fn(&PerRank) -> u64| Range {
+        min: per_rank.values().map(f).min().unwrap_or(0),
+        max: per_rank.values().map(f).max().unwrap_or(0),
     };
     let calls = range(&|k| k.calls);
     let bytes = range(&|k| k.bytes);
@@ -114,7 +132,7 @@ fn merge_key(
         notes,
         tuning: keys.iter().find_map(|k| k.tuning.clone()),
         ranks: RankSpread {
-            count: keys.len() as u32,
+            count: per_rank.len() as u32,
             calls,
             bytes,
             time_s: Range {
@@ -171,6 +189,27 @@ mod tests {
             notes: Vec::new(),
             tuning: None,
         }
+    }
+
+    #[test]
+    fn keys_of_one_rank_in_one_group_add_up() {
+        // Two communicators of one size at one line: two keys per rank, one site.
+        let ranks: Vec<RankData> = (0..2)
+            .map(|rank| RankData {
+                rank,
+                run_ns: 1000,
+                keys: vec![
+                    key(1, Op::Allreduce, 100, 100, vec![(1, 100)]),
+                    key(1, Op::Allreduce, 100, 100, vec![(1, 100)]),
+                ],
+            })
+            .collect();
+        let report = merge(&ranks, "Test MPI", 2, |_| Location::default());
+        assert_eq!(report.sites.len(), 1);
+        let site = &report.sites[0];
+        assert_eq!(site.calls, 200, "calls per rank");
+        assert_eq!(site.ranks.count, 2);
+        assert_eq!(site.ranks.calls, Range { min: 200, max: 200 });
     }
 
     #[test]

@@ -114,8 +114,13 @@ impl Plan {
     }
 
     fn leader(&self) -> Option<(Candidate, Agreed)> {
+        self.fastest(|_| true)
+    }
+
+    fn fastest(&self, among: impl Fn(&Candidate) -> bool) -> Option<(Candidate, Agreed)> {
         self.candidates
             .iter()
+            .filter(|c| among(c))
             .filter_map(|c| Some((*c, self.estimate(c.index)?)))
             .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
     }
@@ -138,9 +143,10 @@ impl Plan {
     }
 
     /// Native stays in as the baseline; other candidates go when an attribute value they lack
-    /// was the leader's in two consecutive rounds.
+    /// was that of the fastest of them in two consecutive rounds. Native's own attributes are
+    /// not comparable (it is whatever the MPI library chooses), so it does not vote.
     fn prune_by_attributes(&mut self) {
-        let Some((leader, _)) = self.leader() else {
+        let Some((leader, _)) = self.fastest(|c| c.index != 0) else {
             return;
         };
         if !self.partners_fixed {
@@ -268,6 +274,19 @@ mod tests {
             "pair confirmed: native stays as the baseline"
         );
         assert_eq!(decide(Search::Attributes, &times, 8).0, 3);
+    }
+
+    #[test]
+    fn native_leading_does_not_prune_by_its_attributes() {
+        // Native (tree, collectives) is fastest; the fastest other codelet (4: pair) votes.
+        let times = [10.0, 90.0, 120.0, 70.0, 50.0];
+        let mut plan = Plan::new(Search::Attributes, set(), 8);
+        for _ in 0..2 {
+            plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
+        }
+        let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
+        assert_eq!(left, [0, 3, 4], "tree codelet 2 goes, pair codelets stay");
+        assert_eq!(decide(Search::Attributes, &times, 8).0, 0);
     }
 
     #[test]
