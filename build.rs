@@ -46,7 +46,7 @@ fn main() {
     // script makes the MPI entry points global again.
     let archive = out.join("libcommtune_shim.a");
     let script = out.join("exports.map");
-    std::fs::write(&script, "{ global: MPI_*; mpi_*; ompi_*_f; };\n")
+    std::fs::write(&script, "{ global: MPI_*; mpi_*; ompi_*_f; pmpi_test_; pmpi_testall_; pmpi_testany_; pmpi_testsome_; };\n")
         .expect("write version script");
     println!(
         "cargo:rustc-link-arg-cdylib=-Wl,--whole-archive,{},--no-whole-archive",

@@ -40,7 +40,7 @@ int commtune_testany(void *ra, int count, MPI_Request *requests, int *index, int
                      MPI_Status *status);
 int commtune_testsome(void *ra, int incount, MPI_Request *requests, int *outcount, int *indices,
                       MPI_Status *statuses);
-int commtune_request_free(MPI_Request *request);
+int commtune_request_free(void *ra, MPI_Request *request);
 
 
 

@@ -22,6 +22,11 @@ _Static_assert(sizeof(MPI_Status) == FORTRAN_STATUS_SIZE * sizeof(MPI_Fint), "st
     __typeof__(ompi_##lower##_f) mpi_##lower##__ __attribute__((alias("ompi_" #lower "_f"))); \
     __typeof__(ompi_##lower##_f) MPI_##upper __attribute__((alias("ompi_" #lower "_f")));
 
+/* Open MPI's mpi_f08 Test family calls the Fortran profiling symbols pmpi_test_, ... instead of
+ * ompi_test_f: without these, episodes completed by MPI_Test* in mpi_f08 programs never close. */
+#define F08_TEST_ALIAS(lower) \
+    __typeof__(ompi_##lower##_f) pmpi_##lower##_ __attribute__((alias("ompi_" #lower "_f")));
+
 static void *buffer_c(void *p)
 {
     if (OMPI_IS_FORTRAN_IN_PLACE(p)) return MPI_IN_PLACE;
@@ -107,6 +112,40 @@ void ompi_irecv_f(char *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *sour
 }
 FORTRAN_ALIASES(irecv, IRECV)
 
+/* gfortran's .TRUE. */
+#define FORTRAN_TRUE 1
+
+static void status_f(const MPI_Status *c, MPI_Fint *f)
+{
+    if (!OMPI_IS_FORTRAN_STATUS_IGNORE(f)) PMPI_Status_c2f(c, f);
+}
+
+static void statuses_f(int n, const MPI_Status *c, MPI_Fint *f)
+{
+    if (OMPI_IS_FORTRAN_STATUSES_IGNORE(f)) return;
+    for (int i = 0; i < n; i++) PMPI_Status_c2f(&c[i], &f[i * FORTRAN_STATUS_SIZE]);
+}
+
+/* A request array as C handles, with room for as many statuses (one allocation, freed by
+ * free(requests)); NULL when out of memory. */
+static MPI_Request *requests_c(int n, const MPI_Fint *f, MPI_Status **statuses)
+{
+    size_t slots = n > 0 ? (size_t)n : 1;
+    MPI_Request *c = malloc(slots * (sizeof(MPI_Request) + sizeof(MPI_Status)));
+    if (c == NULL) return NULL;
+    for (int i = 0; i < n; i++) c[i] = PMPI_Request_f2c(f[i]);
+    *statuses = (MPI_Status *)(c + slots);
+    return c;
+}
+
+static void requests_f(int n, const MPI_Request *c, MPI_Fint *f)
+{
+    for (int i = 0; i < n; i++) f[i] = PMPI_Request_c2f(c[i]);
+}
+
+/* Fortran indices count from 1; MPI_UNDEFINED stays. */
+static MPI_Fint index_f(int c) { return c == MPI_UNDEFINED ? c : c + 1; }
+
 void ompi_wait_f(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Request c_request = PMPI_Request_f2c(*request);
@@ -114,7 +153,7 @@ void ompi_wait_f(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierr)
     int rc = commtune_wait(CALLER, &c_request, &c_status);
     if (rc == MPI_SUCCESS) {
         *request = PMPI_Request_c2f(c_request);
-        if (!OMPI_IS_FORTRAN_STATUS_IGNORE(status)) PMPI_Status_c2f(&c_status, status);
+        status_f(&c_status, status);
     }
     set_ierr(ierr, rc);
 }
@@ -122,30 +161,148 @@ FORTRAN_ALIASES(wait, WAIT)
 
 void ompi_waitall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *statuses, MPI_Fint *ierr)
 {
-    int n = *count;
-    if (n <= 0) {
-        set_ierr(ierr, commtune_waitall(CALLER, 0, NULL, MPI_STATUSES_IGNORE));
-        return;
-    }
-    MPI_Request *c_requests = malloc(n * sizeof(MPI_Request));
-    MPI_Status *c_statuses = malloc(n * sizeof(MPI_Status));
-    if (c_requests == NULL || c_statuses == NULL) {
-        free(c_requests);
-        free(c_statuses);
-        set_ierr(ierr, MPI_ERR_NO_MEM);
-        return;
-    }
-    for (int i = 0; i < n; i++) c_requests[i] = PMPI_Request_f2c(requests[i]);
-    int rc = commtune_waitall(CALLER, n, c_requests, c_statuses);
+    MPI_Status *c_statuses = NULL;
+    MPI_Request *c_requests = requests_c(*count, requests, &c_statuses);
+    if (c_requests == NULL) return set_ierr(ierr, MPI_ERR_NO_MEM);
+    int rc = commtune_waitall(CALLER, *count, c_requests, c_statuses);
     if (rc == MPI_SUCCESS) {
-        for (int i = 0; i < n; i++) {
-            requests[i] = PMPI_Request_c2f(c_requests[i]);
-            if (!OMPI_IS_FORTRAN_STATUSES_IGNORE(statuses))
-                PMPI_Status_c2f(&c_statuses[i], &statuses[i * FORTRAN_STATUS_SIZE]);
-        }
+        requests_f(*count, c_requests, requests);
+        statuses_f(*count, c_statuses, statuses);
     }
     free(c_requests);
-    free(c_statuses);
     set_ierr(ierr, rc);
 }
 FORTRAN_ALIASES(waitall, WAITALL)
+
+void ompi_waitany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, MPI_Fint *status,
+                    MPI_Fint *ierr)
+{
+    MPI_Status *unused = NULL, c_status;
+    MPI_Request *c_requests = requests_c(*count, requests, &unused);
+    if (c_requests == NULL) return set_ierr(ierr, MPI_ERR_NO_MEM);
+    int c_index = MPI_UNDEFINED;
+    int rc = commtune_waitany(CALLER, *count, c_requests, &c_index, &c_status);
+    if (rc == MPI_SUCCESS) {
+        requests_f(*count, c_requests, requests);
+        *index = index_f(c_index);
+        status_f(&c_status, status);
+    }
+    free(c_requests);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(waitany, WAITANY)
+
+void ompi_waitsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
+                     MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
+{
+    MPI_Status *c_statuses = NULL;
+    MPI_Request *c_requests = requests_c(*incount, requests, &c_statuses);
+    int *c_indices = malloc((*incount > 0 ? *incount : 1) * sizeof(int));
+    if (c_requests == NULL || c_indices == NULL) {
+        free(c_requests);
+        free(c_indices);
+        return set_ierr(ierr, MPI_ERR_NO_MEM);
+    }
+    int c_outcount = MPI_UNDEFINED;
+    int rc = commtune_waitsome(CALLER, *incount, c_requests, &c_outcount, c_indices, c_statuses);
+    if (rc == MPI_SUCCESS) {
+        requests_f(*incount, c_requests, requests);
+        *outcount = c_outcount;
+        for (int i = 0; i < c_outcount; i++) indices[i] = index_f(c_indices[i]);
+        if (c_outcount != MPI_UNDEFINED) statuses_f(c_outcount, c_statuses, statuses);
+    }
+    free(c_requests);
+    free(c_indices);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(waitsome, WAITSOME)
+
+void ompi_test_f(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierr)
+{
+    MPI_Request c_request = PMPI_Request_f2c(*request);
+    MPI_Status c_status;
+    int c_flag = 0;
+    int rc = commtune_test(CALLER, &c_request, &c_flag, &c_status);
+    if (rc == MPI_SUCCESS) {
+        *request = PMPI_Request_c2f(c_request);
+        *flag = c_flag ? FORTRAN_TRUE : 0;
+        if (c_flag) status_f(&c_status, status);
+    }
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(test, TEST)
+F08_TEST_ALIAS(test)
+
+void ompi_testall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *flag, MPI_Fint *statuses,
+                    MPI_Fint *ierr)
+{
+    MPI_Status *c_statuses = NULL;
+    MPI_Request *c_requests = requests_c(*count, requests, &c_statuses);
+    if (c_requests == NULL) return set_ierr(ierr, MPI_ERR_NO_MEM);
+    int c_flag = 0;
+    int rc = commtune_testall(CALLER, *count, c_requests, &c_flag, c_statuses);
+    if (rc == MPI_SUCCESS) {
+        requests_f(*count, c_requests, requests);
+        *flag = c_flag ? FORTRAN_TRUE : 0;
+        if (c_flag) statuses_f(*count, c_statuses, statuses);
+    }
+    free(c_requests);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(testall, TESTALL)
+F08_TEST_ALIAS(testall)
+
+void ompi_testany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, MPI_Fint *flag,
+                    MPI_Fint *status, MPI_Fint *ierr)
+{
+    MPI_Status *unused = NULL, c_status;
+    MPI_Request *c_requests = requests_c(*count, requests, &unused);
+    if (c_requests == NULL) return set_ierr(ierr, MPI_ERR_NO_MEM);
+    int c_index = MPI_UNDEFINED, c_flag = 0;
+    int rc = commtune_testany(CALLER, *count, c_requests, &c_index, &c_flag, &c_status);
+    if (rc == MPI_SUCCESS) {
+        requests_f(*count, c_requests, requests);
+        *index = index_f(c_index);
+        *flag = c_flag ? FORTRAN_TRUE : 0;
+        if (c_flag) status_f(&c_status, status);
+    }
+    free(c_requests);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(testany, TESTANY)
+F08_TEST_ALIAS(testany)
+
+void ompi_testsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
+                     MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
+{
+    MPI_Status *c_statuses = NULL;
+    MPI_Request *c_requests = requests_c(*incount, requests, &c_statuses);
+    int *c_indices = malloc((*incount > 0 ? *incount : 1) * sizeof(int));
+    if (c_requests == NULL || c_indices == NULL) {
+        free(c_requests);
+        free(c_indices);
+        return set_ierr(ierr, MPI_ERR_NO_MEM);
+    }
+    int c_outcount = MPI_UNDEFINED;
+    int rc = commtune_testsome(CALLER, *incount, c_requests, &c_outcount, c_indices, c_statuses);
+    if (rc == MPI_SUCCESS) {
+        requests_f(*incount, c_requests, requests);
+        *outcount = c_outcount;
+        for (int i = 0; i < c_outcount; i++) indices[i] = index_f(c_indices[i]);
+        if (c_outcount != MPI_UNDEFINED) statuses_f(c_outcount, c_statuses, statuses);
+    }
+    free(c_requests);
+    free(c_indices);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(testsome, TESTSOME)
+F08_TEST_ALIAS(testsome)
+
+void ompi_request_free_f(MPI_Fint *request, MPI_Fint *ierr)
+{
+    MPI_Request c_request = PMPI_Request_f2c(*request);
+    int rc = commtune_request_free(CALLER, &c_request);
+    if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(c_request);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(request_free, REQUEST_FREE)

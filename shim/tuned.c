@@ -86,7 +86,7 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
     return commtune_testsome(CALLER, incount, requests, outcount, indices, statuses);
 }
 
-int MPI_Request_free(MPI_Request *request) { return commtune_request_free(request); }
+int MPI_Request_free(MPI_Request *request) { return commtune_request_free(CALLER, request); }
 
 #if MPI_VERSION >= 4
 /* MPI-4 large-count variants (MPICH 4; mpi4py built against MPICH calls only these). */

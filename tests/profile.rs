@@ -28,6 +28,8 @@ const KNOWN_CALLS_FORTRAN: &[Expected] = &[
     ("SITE:allreduce_inplace", "allreduce", 2, |_| 2 * 4),
     ("SITE:alltoall", "alltoall", 2, |p| 2 * 4 * p),
     ("SITE:halo_waitall", "halo", 2, |_| 2 * 2 * 5 * 8),
+    ("SITE:halo_testall", "halo", 2, |_| 2 * 2 * 5 * 8),
+    ("SITE:halo_waitany", "halo", 2, |_| 2 * 2 * 5 * 8),
 ];
 
 fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {

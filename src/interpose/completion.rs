@@ -236,8 +236,8 @@ pub extern "C" fn commtune_testsome(
 
 /// A freed request is no longer the application's to complete: it leaves the episode.
 #[unsafe(no_mangle)]
-pub extern "C" fn commtune_request_free(request: *mut MPI_Request) -> c_int {
-    completion(std::ptr::null(), request, 1, || {
+pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
+    completion(ra, request, 1, || {
         all_or_unknown(requests::request_free(request))
     })
 }

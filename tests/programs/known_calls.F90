@@ -10,7 +10,8 @@ program known_calls
 #if !defined(F08) && !defined(USE_MPI)
   include 'mpif.h'
 #endif
-  integer :: ierr, rank, nprocs, it, left, right, failures, v
+  integer :: ierr, rank, nprocs, it, left, right, failures, v, k, idx
+  logical :: done
 #ifdef F08
   type(MPI_Request) :: req(2)
 #else
@@ -49,6 +50,28 @@ program known_calls
     call MPI_Irecv(halo_in, 5, MPI_DOUBLE_PRECISION, left, 3, MPI_COMM_WORLD, req(1), ierr)
     call MPI_Isend(halo_out, 5, MPI_DOUBLE_PRECISION, right, 3, MPI_COMM_WORLD, req(2), ierr)
     call MPI_Waitall(2, req, MPI_STATUSES_IGNORE, ierr) ! SITE:halo_waitall
+    if (halo_in(1) /= left + it) failures = failures + 1
+  end do
+
+  ! The same exchange completed by polling MPI_Testall, then by two MPI_Waitany calls.
+  do it = 1, 2
+    halo_out = rank + it
+    call MPI_Irecv(halo_in, 5, MPI_DOUBLE_PRECISION, left, 4, MPI_COMM_WORLD, req(1), ierr)
+    call MPI_Isend(halo_out, 5, MPI_DOUBLE_PRECISION, right, 4, MPI_COMM_WORLD, req(2), ierr)
+    done = .false.
+    do while (.not. done)
+      call MPI_Testall(2, req, done, MPI_STATUSES_IGNORE, ierr) ! SITE:halo_testall
+    end do
+    if (halo_in(1) /= left + it) failures = failures + 1
+  end do
+  do it = 1, 2
+    halo_out = rank + it
+    call MPI_Irecv(halo_in, 5, MPI_DOUBLE_PRECISION, left, 5, MPI_COMM_WORLD, req(1), ierr)
+    call MPI_Isend(halo_out, 5, MPI_DOUBLE_PRECISION, right, 5, MPI_COMM_WORLD, req(2), ierr)
+    do k = 1, 2
+      call MPI_Waitany(2, req, idx, MPI_STATUS_IGNORE, ierr) ! SITE:halo_waitany
+      if (idx < 1 .or. idx > 2) failures = failures + 1
+    end do
     if (halo_in(1) /= left + it) failures = failures + 1
   end do
 
