@@ -7,6 +7,9 @@ use crate::{
     VERSION,
 };
 
+/// A key and the rank it comes from.
+type RankKey<'a> = (u32, &'a KeyData);
+
 /// Merges per-rank data; `locate` resolves a site to its source location.
 pub fn merge(
     ranks: &[RankData],
@@ -17,7 +20,7 @@ pub fn merge(
     let total_run_ns: u64 = ranks.iter().map(|r| r.run_ns).sum();
     // A rank may have several keys in one group (two communicators of one size at one line,
     // local variants of a signature): grouped by rank too, so that per-rank figures add up.
-    let mut groups: BTreeMap<(u64, Op, &str), Vec<(u32, &KeyData)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(u64, Op, &str), Vec<RankKey>> = BTreeMap::new();
     for rank in ranks {
         for key in &rank.keys {
             groups
@@ -55,7 +58,7 @@ struct PerRank {
 }
 
 fn merge_key(
-    ranked: &[(u32, &KeyData)],
+    ranked: &[RankKey],
     total_run_ns: u64,
     locate: &mut impl FnMut(&SiteData) -> Location,
 ) -> SiteReport {
