@@ -48,7 +48,7 @@ pub struct Attributes {
 /// A condition a call must meet for a codelet to be correct.
 ///
 /// Every requirement is decided by facts the MPI standard requires to be the same on every rank
-/// of the communicator (operation, communicator size, MPI_IN_PLACE), so all
+/// of the communicator (operation, communicator size, the bytes a call moves), so all
 /// ranks reach the same verdict and a codelet never runs on some ranks and native on others
 /// (DESIGN invariant 2). Datatype layouts may differ between ranks, so no requirement looks at
 /// them: every codelet handles derived datatypes.

@@ -1,6 +1,6 @@
 //! The Rust side of the shim's entry points: build the call record, find the key, hand the call
-//! to the tuner or run the forced or native codelet, and measure it. With COMMTUNE_MODE=off, or
-//! before MPI is initialised, every entry point is one branch and the PMPI call.
+//! to the tuner or run the forced or native codelet, and measure it. With COMMTUNE_MODE=off every
+//! entry point is one branch and the PMPI call (before MPI is initialised, two more queries).
 
 mod collectives;
 mod completion;
@@ -23,7 +23,9 @@ fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     }
     let index = forced_or_native(call, entry);
     let start = clock::now();
-    if let Some(delay) = config.delay(C::OP, index, 0) {
+    if !config.delays.is_empty()
+        && let Some(delay) = config.delay(C::OP, index, entry.calls() + 1)
+    {
         codelets::inject_delay(call, delay);
     }
     let rc = codelets::execute(call, index);

@@ -131,11 +131,17 @@ impl Entry {
     }
 
     /// Adds one call of codelet `codelet` without timing it. Only for a key that one thread at
-    /// a time can reach: a collective's key (MPI serialises the collectives of a communicator),
-    /// or any key under its stats lock. Spares the hot path a locked read-modify-write.
+    /// a time can reach: a collective's key (an application may call a communicator's
+    /// collectives from one thread at a time only), or any key under its stats lock. Spares the
+    /// hot path a locked read-modify-write.
     pub fn count(&self, codelet: usize) {
         let calls = &self.calls[codelet];
         calls.store(calls.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Calls of this key so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     /// Adds a remark for the report (once per distinct text).

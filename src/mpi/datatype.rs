@@ -1,8 +1,9 @@
 //! Buffers as MPI sees them (address, count, datatype) and the local operations codelets need on
 //! them: layout queries, scratch buffers, local copies between datatypes, local reductions.
 //!
-//! A buffer is only ever handed to MPI: this module never reads or writes application memory
-//! itself, so derived datatypes with gaps, negative lower bounds and MPI_BOTTOM work unchanged.
+//! Application buffers are handed to MPI, which knows their layout, so derived datatypes with
+//! gaps, negative lower bounds and MPI_BOTTOM work unchanged; the one exception is `copy`
+//! between two gap-free buffers of one datatype, a plain memory copy.
 
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
