@@ -46,8 +46,17 @@ fn main() {
     // script makes the MPI entry points global again.
     let archive = out.join("libcommtune_shim.a");
     let script = out.join("exports.map");
-    std::fs::write(&script, "{ global: MPI_*; mpi_*; ompi_*_f; pmpi_test_; pmpi_testall_; pmpi_testany_; pmpi_testsome_; };\n")
-        .expect("write version script");
+    // Open MPI's mpi_f08 Test family calls these Fortran profiling symbols (shim/fortran_openmpi.c).
+    let f08_tests = if flavour == "openmpi" {
+        " pmpi_test_; pmpi_testall_; pmpi_testany_; pmpi_testsome_;"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &script,
+        format!("{{ global: MPI_*; mpi_*; ompi_*_f;{f08_tests} }};\n"),
+    )
+    .expect("write version script");
     println!(
         "cargo:rustc-link-arg-cdylib=-Wl,--whole-archive,{},--no-whole-archive",
         archive.display()

@@ -145,3 +145,39 @@ fn intercommunicator_collectives_stay_native_and_correct() {
         }
     }
 }
+
+/// A site whose signature changes on every call keeps 1024 signatures apart and folds the rest
+/// into one untuned key: bounded memory, every call counted, correct results.
+#[test]
+fn many_signatures_at_one_site_are_folded() {
+    for mode in ["profile", "tune"] {
+        let dir = scratch(&format!("many_signatures_{mode}"));
+        let exe = compile(OpenMpi, "many_signatures.c", &dir);
+        let job = run(OpenMpi, 2, &exe, &dir).env("COMMTUNE_MODE", mode).go();
+        job.assert_success();
+        assert!(job.stdout().contains("many_signatures: results correct"));
+        let report = job.report();
+        let sites = report["sites"].as_array().unwrap();
+        let line = common::marker_line("many_signatures.c", "SITE:changing");
+        let at_line: Vec<_> = sites
+            .iter()
+            .filter(|s| s["line"].as_u64() == Some(line))
+            .collect();
+        assert_eq!(at_line.len(), 1025, "{mode}");
+        let calls: u64 = at_line.iter().map(|s| s["calls"].as_u64().unwrap()).sum();
+        assert_eq!(calls, 1100, "{mode}: every call counted");
+        let other = at_line
+            .iter()
+            .find(|s| {
+                s["signature"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("signatures beyond")
+            })
+            .expect("the folded key");
+        assert_eq!(other["calls"], 1100 - 1024);
+        if mode == "tune" {
+            assert_eq!(other["tuning"]["phase"], "untuned");
+        }
+    }
+}

@@ -107,7 +107,11 @@ pub fn posted(call: &PointToPoint, request: MPI_Request) {
 }
 
 /// Runs a completion call over `requests[..count]` and closes the episode it finishes.
-pub fn observe(
+///
+/// # Safety
+/// `requests` holds `count` handles, and `Completed::Indices` that `call` returns points to as
+/// many indices as it says.
+pub unsafe fn observe(
     caller: usize,
     requests: *const MPI_Request,
     count: usize,
@@ -118,8 +122,9 @@ pub fn observe(
             return false;
         }
         t.before.clear();
+        // SAFETY: `requests` holds `count` handles (this function's contract).
         t.before
-            .extend((0..count).map(|i| request_at(requests, i).bits()));
+            .extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
         true
     });
     let (rc, completed) = call();
@@ -141,7 +146,8 @@ impl Tracker {
             Completed::All => (0..self.before.len()).for_each(|i| self.finish(i)),
             Completed::Index(i) => self.finish(i),
             Completed::Indices { indices, count } => {
-                (0..count).for_each(|k| self.finish(index_at(indices, k)))
+                // SAFETY: MPI filled `count` indices (`observe`'s contract).
+                (0..count).for_each(|k| self.finish(unsafe { index_at(indices, k) }))
             }
             Completed::Unknown => self.reset(),
         }

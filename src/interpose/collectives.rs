@@ -165,6 +165,14 @@ pub extern "C" fn commtune_allgatherv(
     let in_place = mpi::is_in_place(sendbuf);
     // One entry per rank of the (remote, for an intercommunicator) group.
     let size = mpi::group_size(comm).max(0) as usize;
+    // SAFETY: MPI requires recvcounts and displs to hold one entry per rank of that group.
+    let call = unsafe {
+        Allgatherv {
+            recvcounts: call.recvcounts.readable(size),
+            displs: call.displs.readable(size),
+            ..call
+        }
+    };
     let mut layout = FxHasher::default();
     for i in 0..size {
         layout.write_i64(call.recvcounts.get(i));

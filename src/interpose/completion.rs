@@ -13,7 +13,8 @@ use crate::runtime;
 fn post(call: PointToPoint, request: *mut MPI_Request) -> c_int {
     let rc = call.native(request);
     if rc == mpi::SUCCESS && runtime::enabled() && runtime::process().is_some() {
-        halo::posted(&call, requests::request_at(request, 0));
+        // SAFETY: MPI has just written the new request into the application's variable.
+        halo::posted(&call, unsafe { requests::request_at(request, 0) });
     }
     rc
 }
@@ -78,7 +79,9 @@ fn completion(
     if !runtime::enabled() {
         return call().0;
     }
-    halo::observe(ra as usize, requests, count.max(0) as usize, call)
+    // SAFETY: the application's array of `count` requests, as MPI requires; the index arrays
+    // `call` reports are MPI's output for the same call.
+    unsafe { halo::observe(ra as usize, requests, count.max(0) as usize, call) }
 }
 
 /// The outcome of a call that completes all requests or fails.
@@ -96,7 +99,8 @@ fn any(rc: c_int, index: *const c_int) -> (c_int, Completed) {
     if rc != mpi::SUCCESS {
         return (rc, Completed::Unknown);
     }
-    match usize::try_from(read_int(index)) {
+    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the index.
+    match usize::try_from(unsafe { read_int(index) }) {
         Ok(i) => (rc, Completed::Index(i)),
         Err(_) => (rc, Completed::Nothing),
     }
@@ -107,7 +111,8 @@ fn some(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Com
     if rc != mpi::SUCCESS {
         return (rc, Completed::Unknown);
     }
-    match usize::try_from(read_int(outcount)) {
+    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the outcount.
+    match usize::try_from(unsafe { read_int(outcount) }) {
         Ok(count) => (rc, Completed::Indices { indices, count }),
         Err(_) => (rc, Completed::Nothing),
     }
@@ -193,7 +198,8 @@ pub extern "C" fn commtune_testall(
 fn flagged(rc: c_int, flag: *const c_int) -> (c_int, Completed) {
     if rc != mpi::SUCCESS {
         (rc, Completed::Unknown)
-    } else if read_int(flag) != 0 {
+    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
+    } else if unsafe { read_int(flag) } != 0 {
         (rc, Completed::All)
     } else {
         (rc, Completed::Nothing)
@@ -211,7 +217,8 @@ pub extern "C" fn commtune_testany(
 ) -> c_int {
     completion(ra, array, count, || {
         let rc = requests::testany(count, array, index, flag, status);
-        if rc == mpi::SUCCESS && read_int(flag) == 0 {
+        // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
+        if rc == mpi::SUCCESS && unsafe { read_int(flag) } == 0 {
             (rc, Completed::Nothing)
         } else {
             any(rc, index)

@@ -67,13 +67,13 @@ pub struct Description {
     pub tunable: bool,
 }
 
-/// Distinct signatures one site keeps apart; later ones share one untuned key, so that memory
-/// stays bounded when a call's counts change every time (as in particle codes). Signatures are
-/// the same on every rank, so every rank folds the same ones.
-const MAX_SIGNATURES: usize = 32;
+/// Distinct signatures one site keeps apart (each costs about 20 KiB); later ones share one
+/// untuned key, so that memory stays bounded when a call's counts change every time (as in
+/// particle codes). Signatures are the same on every rank, so every rank folds the same ones.
+const MAX_SIGNATURES: usize = 1024;
 /// Local variants of one signature (handles, displacements: what may differ between ranks) that
 /// get their own entry; later ones share the first.
-const MAX_VARIANTS: usize = 16;
+const MAX_VARIANTS: usize = 8;
 
 /// The entries of one site and operation, by signature.
 #[derive(Default)]

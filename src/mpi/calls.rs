@@ -96,36 +96,44 @@ impl Alltoall {
 /// The receive counts or displacements of an Allgatherv: `int` arrays, or MPI_Count / MPI_Aint
 /// arrays in the large-count variant (both 64-bit here).
 #[derive(Clone, Copy)]
-pub enum Counts {
-    Int(*const c_int),
-    Large(*const i64),
+pub struct Counts {
+    ptr: *const c_void,
+    large: bool,
+    /// Entries that may be read (none until `readable`).
+    len: usize,
 }
 
 impl Counts {
+    /// The array as the application passed it; passing it on to MPI needs nothing more.
     pub fn new(ptr: *const c_void, large: bool) -> Self {
-        if large {
-            Counts::Large(ptr.cast())
-        } else {
-            Counts::Int(ptr.cast())
-        }
+        Counts { ptr, large, len: 0 }
     }
 
-    /// Element `i`; `i` must be below the communicator size the array was given for.
+    /// The same array with its first `len` entries readable by `get`.
+    ///
+    /// # Safety
+    /// The array holds at least `len` entries, valid for as long as the call lasts.
+    pub unsafe fn readable(self, len: usize) -> Self {
+        Counts { len, ..self }
+    }
+
+    /// Entry `i` (0 beyond the readable entries).
     pub fn get(&self, i: usize) -> i64 {
-        // SAFETY: MPI requires these arrays to hold one entry per rank of the communicator.
+        if i >= self.len {
+            return 0;
+        }
+        // SAFETY: `i` is below `len`, which the caller of `readable` vouched for.
         unsafe {
-            match *self {
-                Counts::Int(p) => i64::from(*p.add(i)),
-                Counts::Large(p) => *p.add(i),
+            if self.large {
+                *self.ptr.cast::<i64>().add(i)
+            } else {
+                i64::from(*self.ptr.cast::<c_int>().add(i))
             }
         }
     }
 
     fn ptr(&self) -> *const c_void {
-        match *self {
-            Counts::Int(p) => p.cast(),
-            Counts::Large(p) => p.cast(),
-        }
+        self.ptr
     }
 }
 

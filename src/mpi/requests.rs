@@ -7,14 +7,20 @@ use mpi_sys as ffi;
 use super::{MPI_Request, MPI_Status};
 
 /// Handle `i` of an application's request array.
-pub fn request_at(requests: *const MPI_Request, i: usize) -> MPI_Request {
-    // SAFETY: callers only pass indices below the count the application gave with the array.
+///
+/// # Safety
+/// `requests` holds more than `i` handles.
+pub unsafe fn request_at(requests: *const MPI_Request, i: usize) -> MPI_Request {
+    // SAFETY: as the caller guarantees.
     unsafe { *requests.add(i) }
 }
 
 /// Entry `i` of an index array MPI has just filled (Waitsome/Testsome).
-pub fn index_at(indices: *const c_int, i: usize) -> usize {
-    // SAFETY: callers only pass indices below the outcount MPI returned.
+///
+/// # Safety
+/// `indices` holds more than `i` entries (`i` below the outcount MPI returned).
+pub unsafe fn index_at(indices: *const c_int, i: usize) -> usize {
+    // SAFETY: as the caller guarantees.
     unsafe { *indices.add(i) }.max(0) as usize
 }
 
@@ -92,7 +98,10 @@ pub fn request_free(request: *mut MPI_Request) -> c_int {
 }
 
 /// Reads an int MPI has just written (flag, index, outcount).
-pub fn read_int(p: *const c_int) -> c_int {
-    // SAFETY: only called on out-parameters of a call that returned MPI_SUCCESS.
+///
+/// # Safety
+/// `p` is an out-parameter of a call that returned MPI_SUCCESS.
+pub unsafe fn read_int(p: *const c_int) -> c_int {
+    // SAFETY: as the caller guarantees.
     unsafe { *p }
 }
