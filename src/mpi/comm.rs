@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use mpi_sys as ffi;
 
 use super::datatype::{Buf, MpiResult, check};
-use super::{MPI_Comm, MPI_Op, MPI_Request, constants, status_ignore, statuses_ignore};
+use super::{HandleBits, MPI_Comm, MPI_Op, MPI_Request, constants, status_ignore, statuses_ignore};
 
 /// A private communicator with this process's rank and the size.
 #[derive(Clone, Copy, Debug)]
@@ -100,23 +100,6 @@ impl Comm {
         Ok(request)
     }
 
-    pub fn waitall(&self, requests: &mut [MPI_Request]) -> MpiResult {
-        let n = c_int::try_from(requests.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
-        // SAFETY: `requests` holds `n` handles this module created.
-        check(unsafe { ffi::PMPI_Waitall(n, requests.as_mut_ptr(), statuses_ignore()) })
-    }
-
-    /// Waits for one of `requests` to complete and returns its index (its handle is then
-    /// MPI_REQUEST_NULL); None when every handle already is.
-    pub fn waitany(&self, requests: &mut [MPI_Request]) -> MpiResult<Option<usize>> {
-        let n = c_int::try_from(requests.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
-        let mut index = 0;
-        // SAFETY: `requests` holds `n` handles this module created (or null ones); writes one int.
-        check(unsafe { ffi::PMPI_Waitany(n, requests.as_mut_ptr(), &mut index, status_ignore()) })?;
-        // MPI_UNDEFINED (no active request) is negative in both flavours.
-        Ok(usize::try_from(index).ok().filter(|&i| i < requests.len()))
-    }
-
     /// MPI_Reduce on the private communicator; `send` None means MPI_IN_PLACE (root only).
     pub fn reduce(&self, send: Option<&Buf>, recv: &Buf, op: MPI_Op, root: i32) -> MpiResult {
         let sendbuf: *const c_void = match send {
@@ -170,5 +153,55 @@ impl Comm {
                 self.raw,
             )
         })
+    }
+}
+
+/// The requests of one codelet call. Dropped while some are still active (the call failed
+/// midway), it cancels and completes them: nothing writes the application's buffers after the
+/// call has returned.
+pub struct Requests(Vec<MPI_Request>);
+
+impl Requests {
+    /// `n` null requests (slots to fill with `set` or `push`).
+    pub fn new(n: usize) -> Requests {
+        Requests(vec![super::request_null(); n])
+    }
+
+    pub fn push(&mut self, request: MPI_Request) {
+        self.0.push(request);
+    }
+
+    pub fn set(&mut self, slot: usize, request: MPI_Request) {
+        self.0[slot] = request;
+    }
+
+    pub fn waitall(&mut self) -> MpiResult {
+        let n = c_int::try_from(self.0.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        // SAFETY: the vector holds `n` handles this module created (or null ones).
+        check(unsafe { ffi::PMPI_Waitall(n, self.0.as_mut_ptr(), statuses_ignore()) })
+    }
+
+    /// Waits for one active request; its slot, or None when none is active.
+    pub fn waitany(&mut self) -> MpiResult<Option<usize>> {
+        let n = c_int::try_from(self.0.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let mut index = 0;
+        // SAFETY: the vector holds `n` handles this module created (or null ones); writes one
+        // int.
+        check(unsafe { ffi::PMPI_Waitany(n, self.0.as_mut_ptr(), &mut index, status_ignore()) })?;
+        // MPI_UNDEFINED (no active request) is negative in both flavours.
+        Ok(usize::try_from(index).ok().filter(|&i| i < self.0.len()))
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        let null = super::request_null();
+        for request in self.0.iter_mut().filter(|r| r.bits() != null.bits()) {
+            // SAFETY: an active request this module created; cancelled, then completed.
+            unsafe {
+                ffi::PMPI_Cancel(request);
+                ffi::PMPI_Wait(request, status_ignore());
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ pub mod requests;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPointKind};
-pub use comm::Comm;
+pub use comm::{Comm, Requests};
 pub use flavour::{Flavour, check_loaded_mpi};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
 pub use private::{private_comm, watch};

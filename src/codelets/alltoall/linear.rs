@@ -4,7 +4,7 @@
 use super::{Blocks, TAG};
 use crate::codelets::{Attributes, Codelet, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
-use crate::mpi::{Alltoall, Comm};
+use crate::mpi::{Alltoall, Comm, Requests};
 
 pub const CODELET: Codelet<Alltoall> = Codelet {
     name: "linear",
@@ -21,7 +21,7 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
     let Some(mut blocks) = Blocks::new(call, rank, p)? else {
         return Ok(());
     };
-    let mut requests = Vec::with_capacity(2 * (p as usize - 1));
+    let mut requests = Requests::new(0);
     // Receives first, so that most messages find theirs posted; both in distance order so that
     // everyone starts with its nearest neighbours rather than all with rank 0.
     for s in 1..p {
@@ -33,5 +33,5 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
         requests.push(comm.isend(&blocks.send(to), to, TAG)?);
     }
     blocks.keep_own(rank)?;
-    comm.waitall(&mut requests)
+    requests.waitall()
 }

@@ -11,7 +11,7 @@
 use super::{Blocks, TAG};
 use crate::codelets::{Attributes, Codelet, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
-use crate::mpi::{self, Alltoall, Comm};
+use crate::mpi::{Alltoall, Comm, Requests};
 
 const fn codelet(name: &'static str, run: fn(&Alltoall, &Comm) -> MpiResult) -> Codelet<Alltoall> {
     Codelet {
@@ -47,14 +47,15 @@ fn run(call: &Alltoall, comm: &Comm, in_flight: usize) -> MpiResult {
             comm.isend(&blocks.send(to), to, TAG)
         }
     };
-    let mut slots = vec![mpi::request_null(); in_flight.min(total)];
-    for (op, slot) in slots.iter_mut().enumerate() {
-        *slot = post(op)?;
+    let width = in_flight.min(total);
+    let mut slots = Requests::new(width);
+    for op in 0..width {
+        slots.set(op, post(op)?);
     }
-    let mut next = slots.len();
-    while let Some(done) = comm.waitany(&mut slots)? {
+    let mut next = width;
+    while let Some(done) = slots.waitany()? {
         if next < total {
-            slots[done] = post(next)?;
+            slots.set(done, post(next)?);
             next += 1;
         }
     }
