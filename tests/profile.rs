@@ -70,9 +70,11 @@ fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {
     }
 }
 
-fn known_calls_c(flavour: Flavour, np: u64) {
-    let dir = scratch(&format!("known_calls_c_{}", flavour.name()));
-    let exe = compile(flavour, "known_calls.c", &dir);
+/// `flags` may select the MPI-4 large-count entry points (`-DLARGE_COUNT`): the same report.
+fn known_calls_c(flavour: Flavour, np: u64, flags: &[&str]) {
+    let variant = flags.concat();
+    let dir = scratch(&format!("known_calls_c{variant}_{}", flavour.name()));
+    let exe = compile_with(flavour, "known_calls.c", &dir, flags, &variant);
     let job = run(flavour, np as usize, &exe, &dir).go();
     job.assert_success();
     assert!(job.stdout().contains("known_calls: results correct"));
@@ -84,12 +86,40 @@ fn known_calls_c(flavour: Flavour, np: u64) {
 
 #[test]
 fn c_program_openmpi_4_ranks() {
-    known_calls_c(OpenMpi, 4);
+    known_calls_c(OpenMpi, 4, &[]);
 }
 
 #[test]
 fn c_program_mpich_2_ranks() {
-    known_calls_c(Mpich, 2);
+    known_calls_c(Mpich, 2, &[]);
+}
+
+/// MPICH 4 has the MPI_Count entry points (Open MPI 4.1 has not); mpi4py on MPICH uses them.
+#[test]
+fn c_program_large_count_entry_points_mpich_2_ranks() {
+    known_calls_c(Mpich, 2, &["-DLARGE_COUNT"]);
+    // The codelets read MPI_Count counts and MPI_Aint displacements too.
+    let dir = scratch("known_calls_c-DLARGE_COUNT_forced_mpich");
+    let exe = compile_with(
+        Mpich,
+        "known_calls.c",
+        &dir,
+        &["-DLARGE_COUNT"],
+        "-DLARGE_COUNT",
+    );
+    let force = "allreduce=recursive_doubling,alltoall=pairwise,allgatherv=ring";
+    let job = run(Mpich, 2, &exe, &dir).env("COMMTUNE_FORCE", force).go();
+    job.assert_success();
+    assert!(job.stdout().contains("known_calls: results correct"));
+    let report = job.report();
+    for (marker, codelet) in [
+        ("SITE:allreduce_vec", "recursive_doubling"),
+        ("SITE:alltoall", "pairwise"),
+        ("SITE:allgatherv", "ring"),
+    ] {
+        let site = site_at_line(&report, marker_line("known_calls.c", marker));
+        assert_eq!(site["codelet"], codelet, "{marker}");
+    }
 }
 
 /// The Fortran program through one of the three Fortran interfaces: one source, `interface`
