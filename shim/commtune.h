@@ -42,8 +42,6 @@ int commtune_testsome(void *ra, int incount, MPI_Request *requests, int *outcoun
                       MPI_Status *statuses);
 int commtune_request_free(void *ra, MPI_Request *request);
 
-
-
 /* MPI constants that mpi-sys does not provide, exported with this flavour's values. */
 struct commtune_mpi_constants {
     void *in_place;
@@ -55,6 +53,7 @@ struct commtune_mpi_constants {
     MPI_Op replace;
     MPI_Op no_op;
     MPI_Op op_null;
+    int combiner_named;
     int version;
     int subversion;
 };

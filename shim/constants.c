@@ -11,6 +11,7 @@ const struct commtune_mpi_constants commtune_mpi_constants = {
     .replace = MPI_REPLACE,
     .no_op = MPI_NO_OP,
     .op_null = MPI_OP_NULL,
+    .combiner_named = MPI_COMBINER_NAMED,
     .version = MPI_VERSION,
     .subversion = MPI_SUBVERSION,
 };

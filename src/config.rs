@@ -275,13 +275,18 @@ fn parse_timing(value: &str) -> Option<Timing> {
     }
 }
 
-const OPERATIONS: [Op; 3] = [Op::Allreduce, Op::Alltoall, Op::Allgatherv];
+/// The operations the tuner searches (COMMTUNE_EXCLUDE, COMMTUNE_INJECT_DELAY).
+const TUNED: &[Op] = &[Op::Allreduce, Op::Alltoall, Op::Allgatherv];
+/// The operations whose codelet can be forced: halo episodes too.
+const FORCEABLE: &[Op] = &[Op::Allreduce, Op::Alltoall, Op::Allgatherv, Op::Halo];
 
-/// `op` and the registry index of `codelet`, or a message saying what is wrong.
-fn codelet_of(op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
-    let Some(op) = OPERATIONS.into_iter().find(|o| o.name() == op_name) else {
+/// `op` (one of `ops`) and the registry index of `codelet`, or a message saying what is wrong.
+fn codelet_of(ops: &[Op], op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
+    let Some(op) = ops.iter().copied().find(|o| o.name() == op_name) else {
+        let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
         return Err(format!(
-            "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv)"
+            "unknown operation `{op_name}` (operations: {})",
+            names.join(", ")
         ));
     };
     let names = codelets::names(op);
@@ -300,20 +305,23 @@ fn codelet_list(
     knob: &str,
     value: &str,
     problems: &mut Vec<String>,
-    one_per_op: bool,
+    forcing: bool,
 ) -> Vec<(Op, usize)> {
     let mut list: Vec<(Op, usize)> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = match item.split_once('=') {
             None => Err(format!("`{item}` is not op=codelet")),
-            Some((op, codelet)) => codelet_of(op.trim(), codelet.trim()),
+            Some((op, codelet)) => {
+                let ops = if forcing { FORCEABLE } else { TUNED };
+                codelet_of(ops, op.trim(), codelet.trim())
+            }
         };
         match parsed {
-            Ok((_, 0)) if !one_per_op => problems.push(format!(
+            Ok((_, 0)) if !forcing => problems.push(format!(
                 "commtune: {knob}: native cannot be excluded; ignored"
             )),
             Ok((op, index)) => {
-                if one_per_op {
+                if forcing {
                     list.retain(|(o, _)| *o != op);
                 }
                 list.push((op, index));
@@ -333,7 +341,7 @@ fn delays(value: &str, problems: &mut Vec<String>) -> Vec<Delay> {
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
             .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
             .and_then(|((op, codelet), when)| {
-                let (op, codelet) = codelet_of(op.trim(), codelet.trim())?;
+                let (op, codelet) = codelet_of(TUNED, op.trim(), codelet.trim())?;
                 let (duration, after) = match when.split_once('@') {
                     Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
                     None => (when, 0),

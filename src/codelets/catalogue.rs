@@ -6,7 +6,10 @@ use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
+use commtune_report::Op;
+
 use super::{Codelet, Operation};
+use crate::halo::CODELETS;
 use crate::mpi::{Allgatherv, Allreduce, Alltoall};
 
 fn entries<C: Operation>() -> Value {
@@ -24,9 +27,30 @@ fn entries<C: Operation>() -> Value {
     json!({ "op": C::OP.name(), "codelets": codelets })
 }
 
+/// Halo codelets post the application's own point-to-point messages.
+fn halo_entries() -> Value {
+    let codelets: Vec<Value> = CODELETS
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "partners": "peers",
+                "uses_collectives": false,
+                "requires": c.requires,
+            })
+        })
+        .collect();
+    json!({ "op": Op::Halo.name(), "codelets": codelets })
+}
+
 static CATALOGUE: LazyLock<CString> = LazyLock::new(|| {
     let all = json!({
-        "operations": [entries::<Allreduce>(), entries::<Alltoall>(), entries::<Allgatherv>()],
+        "operations": [
+            entries::<Allreduce>(),
+            entries::<Alltoall>(),
+            entries::<Allgatherv>(),
+            halo_entries(),
+        ],
     });
     CString::new(all.to_string()).unwrap_or_default()
 });

@@ -162,7 +162,7 @@ pub fn names(op: Op) -> Vec<&'static str> {
         Op::Allreduce => of::<crate::mpi::Allreduce>(),
         Op::Alltoall => of::<crate::mpi::Alltoall>(),
         Op::Allgatherv => of::<crate::mpi::Allgatherv>(),
-        Op::Halo => vec!["native"],
+        Op::Halo => crate::halo::CODELETS.iter().map(|c| c.name).collect(),
     }
 }
 

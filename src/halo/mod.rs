@@ -1,30 +1,40 @@
-//! Halo episodes: the MPI_Isend/MPI_Irecv calls of a thread from the first post until the last
-//! of them completes, keyed by the site of the completing call (Waitall, or the last Wait) and by
-//! the episode's signature (ordered send/recv, peer, tag, count, datatype, communicator).
-//!
-//! Every completion call reports which of the tracked requests it finished, so episodes close
-//! however the application completes them (Waitall, Waits one by one, Waitany, Test loops,
-//! Request_free). Requests completed where the library cannot see them (another thread) leave the
-//! episode open until the handle is reused or the size bound is hit; the episode is then dropped.
+//! Halo exchanges: MPI_Isend/MPI_Irecv calls grouped into episodes (`episode`), and the halo
+//! codelets, which change how the messages are posted but never which messages match, so that
+//! each rank may use its own (DESIGN, "Halo episodes").
+
+mod episode;
+mod persistent;
 
 use std::cell::RefCell;
 use std::ffi::c_int;
-use std::fmt::Write;
-use std::hash::Hasher;
-use std::sync::LazyLock;
 
 use commtune_report::Op;
-use dashmap::DashMap;
-use rustc_hash::{FxBuildHasher, FxHasher};
 
-use crate::clock;
-use crate::keys::{self, CallKey, Description};
-use crate::mpi::requests::{index_at, request_at};
-use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
-use crate::site::SiteRef;
+use crate::mpi::requests::{index_at, request_at, set_request_at};
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint};
+use crate::runtime;
 
-/// Episodes with more operations than this are not profiled (bounded memory per thread).
-const MAX_OPS: usize = 4096;
+/// A way to post an episode's messages. Each reorders or repackages the same messages, so it
+/// matches whatever codelet the peers use.
+pub struct HaloCodelet {
+    pub name: &'static str,
+    /// What a message needs for the codelet to post it (others go native), for the catalogue.
+    pub requires: &'static [&'static str],
+}
+
+/// The halo codelets, in registry order; index 0 is native.
+pub const CODELETS: &[HaloCodelet] = &[
+    HaloCodelet {
+        name: "native",
+        requires: &[],
+    },
+    HaloCodelet {
+        name: "persistent",
+        requires: persistent::REQUIRES,
+    },
+];
+const NATIVE: usize = 0;
+const PERSISTENT: usize = 1;
 
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
@@ -35,198 +45,95 @@ pub enum Completed {
         indices: *const c_int,
         count: usize,
     },
-    /// The call failed: which requests completed is unknown, so the episode is dropped.
+    /// The call failed: which requests completed is unknown.
     Unknown,
 }
 
-#[derive(Clone, Copy)]
-struct Posted {
-    request: usize,
-    done: bool,
-    kind: PointToPointKind,
-    peer: c_int,
-    tag: c_int,
-    count: i64,
-    datatype: mpi::MPI_Datatype,
-    comm: usize,
-    bytes: u64,
-}
-
-#[derive(Default)]
-struct Tracker {
-    ops: Vec<Posted>,
-    open: usize,
-    /// Clock ticks at the episode's first post.
-    first_post: u64,
-    /// The request array of the completion call in progress, as it was before the call.
-    before: Vec<usize>,
+impl Completed {
+    /// Calls `f` with the position of every completed request of an array of `n`.
+    fn each(&self, n: usize, mut f: impl FnMut(usize)) {
+        match *self {
+            Completed::Nothing | Completed::Unknown => {}
+            Completed::All => (0..n).for_each(f),
+            Completed::Index(i) => f(i),
+            Completed::Indices { indices, count } => (0..count)
+                // SAFETY: MPI filled `count` indices (`observe`'s contract).
+                .map(|k| unsafe { index_at(indices, k) })
+                .filter(|&i| i < n)
+                .for_each(f),
+        }
+    }
 }
 
 thread_local! {
-    static TRACKER: RefCell<Tracker> = RefCell::default();
+    /// The request array of the completion call in progress, as it was before the call.
+    static BEFORE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Distinct episodes seen per completion site, to number them (`KeyData::merge_key`).
-static EPISODES_PER_SITE: LazyLock<DashMap<SiteRef, u32, FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
-
-/// An Isend or Irecv was posted successfully.
-pub fn posted(call: &PointToPoint, request: MPI_Request) {
-    TRACKER.with_borrow_mut(|t| {
-        let request = request.bits();
-        // A handle that is reused was completed where we could not see it.
-        if let Some(stale) = t.ops.iter_mut().find(|o| o.request == request && !o.done) {
-            stale.done = true;
-            t.open -= 1;
-        }
-        if t.ops.len() >= MAX_OPS {
-            t.reset();
-            return;
-        }
-        if t.ops.is_empty() {
-            t.first_post = clock::now();
-        }
-        t.ops.push(Posted {
-            request,
-            done: false,
-            kind: call.kind,
-            peer: call.peer,
-            tag: call.tag,
-            count: call.count,
-            datatype: call.datatype,
-            comm: call.comm.bits(),
-            // A message to or from MPI_PROC_NULL carries nothing.
-            bytes: if call.peer == mpi::proc_null() {
-                0
-            } else {
-                call.bytes()
-            },
-        });
-        t.open += 1;
-    });
-}
-
-/// Runs a completion call over `requests[..count]` and closes the episode it finishes.
-///
-/// # Safety
-/// `requests` holds `count` handles, and `Completed::Indices` that `call` returns points to as
-/// many indices as it says.
-pub unsafe fn observe(
-    caller: usize,
-    requests: *const MPI_Request,
-    count: usize,
-    call: impl FnOnce() -> (c_int, Completed),
-) -> c_int {
-    let tracking = TRACKER.with_borrow_mut(|t| {
-        if t.open == 0 {
-            return false;
-        }
-        t.before.clear();
-        // SAFETY: `requests` holds `count` handles (this function's contract).
-        t.before
-            .extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
-        true
-    });
-    let (rc, completed) = call();
-    if tracking {
-        TRACKER.with_borrow_mut(|t| t.completed(caller, &completed));
+/// Posts an Isend or Irecv with the halo codelet in force and tracks it in its episode.
+pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> c_int {
+    let codelet = runtime::config().forced(Op::Halo).unwrap_or(NATIVE);
+    let (rc, used) = match codelet {
+        PERSISTENT => match persistent::start(call) {
+            Some(ours) => {
+                // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
+                unsafe { set_request_at(request, 0, ours.handle()) };
+                (mpi::SUCCESS, PERSISTENT)
+            }
+            None => (call.native(request), NATIVE),
+        },
+        _ => (call.native(request), NATIVE),
+    };
+    if rc == mpi::SUCCESS {
+        // SAFETY: the request variable holds the handle just written.
+        episode::posted(call, unsafe { request_at(request, 0) }, used);
     }
     rc
 }
 
-impl Tracker {
-    fn reset(&mut self) {
-        self.ops.clear();
-        self.open = 0;
+/// Runs a completion call over `requests[..count]`: closes the episode it finishes, and hands
+/// the library's persistent requests back to the application as MPI_REQUEST_NULL.
+///
+/// # Safety
+/// `requests` holds `count` writable handles, and `Completed::Indices` that `call` returns
+/// points to as many indices as it says.
+pub unsafe fn observe(
+    caller: usize,
+    requests: *mut MPI_Request,
+    count: usize,
+    call: impl FnOnce() -> (c_int, Completed),
+) -> c_int {
+    let tracking = episode::is_open();
+    let ours = persistent::any_started();
+    if !tracking && !ours {
+        return call().0;
     }
-
-    fn completed(&mut self, caller: usize, completed: &Completed) {
-        match *completed {
-            Completed::Nothing => {}
-            Completed::All => (0..self.before.len()).for_each(|i| self.finish(i)),
-            Completed::Index(i) => self.finish(i),
-            Completed::Indices { indices, count } => {
-                // SAFETY: MPI filled `count` indices (`observe`'s contract).
-                (0..count).for_each(|k| self.finish(unsafe { index_at(indices, k) }))
+    let mut before = BEFORE.take();
+    before.clear();
+    // SAFETY: `requests` holds `count` handles (this function's contract).
+    before.extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
+    let (rc, completed) = call();
+    if tracking {
+        episode::completed(caller, &before, &completed);
+    }
+    if ours {
+        completed.each(count, |i| {
+            if persistent::completed(before[i]) {
+                // SAFETY: `requests` holds `count` writable handles (this function's contract).
+                unsafe { set_request_at(requests, i, mpi::request_null()) };
             }
-            Completed::Unknown => self.reset(),
-        }
-        if self.open == 0 && !self.ops.is_empty() {
-            self.close(caller);
-        }
+        });
     }
-
-    /// Marks the tracked request that was at position `i` of the completion call's array.
-    fn finish(&mut self, i: usize) {
-        let Some(&request) = self.before.get(i) else {
-            return;
-        };
-        if let Some(op) = self
-            .ops
-            .iter_mut()
-            .find(|o| o.request == request && !o.done)
-        {
-            op.done = true;
-            self.open -= 1;
-        }
-    }
-
-    fn close(&mut self, caller: usize) {
-        let elapsed = clock::now().saturating_sub(self.first_post);
-        let mut signature = FxHasher::default();
-        for op in &self.ops {
-            signature.write_u8(op.kind as u8);
-            signature.write_i32(op.peer);
-            signature.write_i32(op.tag);
-            signature.write_i64(op.count);
-            signature.write_usize(op.datatype.bits());
-            signature.write_usize(op.comm);
-        }
-        let key = CallKey {
-            caller,
-            op: Op::Halo,
-            words: [signature.finish(), self.ops.len() as u64, 0, 0, 0],
-        };
-        let ops = &self.ops;
-        let entry = keys::entry(key, |site| describe(site, ops));
-        entry.record(elapsed, 0);
-        self.reset();
-    }
+    BEFORE.set(before);
+    rc
 }
 
-/// The report's description of an episode: its messages in posting order.
-fn describe(site: SiteRef, ops: &[Posted]) -> Description {
-    let ordinal = {
-        let mut n = EPISODES_PER_SITE.entry(site).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let sends = ops
-        .iter()
-        .filter(|o| o.kind == PointToPointKind::Send)
-        .count();
-    let mut signature = format!("{sends} sends, {} recvs:", ops.len() - sends);
-    for op in ops.iter().take(8) {
-        let kind = match op.kind {
-            PointToPointKind::Send => "send",
-            PointToPointKind::Recv => "recv",
-        };
-        let _ = write!(
-            signature,
-            " {kind}(peer={} tag={} {}x{})",
-            op.peer,
-            op.tag,
-            op.count,
-            mpi::type_name(op.datatype)
-        );
-    }
-    if ops.len() > 8 {
-        let _ = write!(signature, " ... ({} more)", ops.len() - 8);
-    }
-    Description {
-        merge_key: format!("episode {ordinal}"),
-        signature,
-        bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
-        tunable: true,
-    }
+/// The application is about to free `request` (MPI_Request_free): never start it again.
+pub fn freeing(request: MPI_Request) {
+    persistent::freed_by_application(request.bits());
+}
+
+/// MPI_Finalize is near: free the persistent requests nobody holds.
+pub fn finalizing() {
+    persistent::release();
 }

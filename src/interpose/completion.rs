@@ -11,12 +11,11 @@ use crate::mpi::{
 use crate::runtime;
 
 fn post(call: PointToPoint, request: *mut MPI_Request) -> c_int {
-    let rc = call.native(request);
-    if rc == mpi::SUCCESS && runtime::enabled() && runtime::process().is_some() {
-        // SAFETY: MPI has just written the new request into the application's variable.
-        halo::posted(&call, unsafe { requests::request_at(request, 0) });
+    if runtime::enabled() && runtime::process().is_some() {
+        halo::post(&call, request)
+    } else {
+        call.native(request)
     }
-    rc
 }
 
 #[unsafe(no_mangle)]
@@ -72,7 +71,7 @@ pub extern "C" fn commtune_irecv(
 /// Runs a completion call, telling the episode tracker what it completed.
 fn completion(
     ra: *const c_void,
-    requests: *const MPI_Request,
+    requests: *mut MPI_Request,
     count: c_int,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
@@ -244,6 +243,10 @@ pub extern "C" fn commtune_testsome(
 /// A freed request is no longer the application's to complete: it leaves the episode.
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
+    if runtime::enabled() && !request.is_null() {
+        // SAFETY: the application's request variable, as MPI_Request_free requires.
+        halo::freeing(unsafe { requests::request_at(request, 0) });
+    }
     completion(ra, request, 1, || {
         all_or_unknown(requests::request_free(request))
     })

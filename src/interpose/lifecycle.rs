@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use crate::{mpi, runtime};
+use crate::{halo, mpi, runtime};
 
 /// MPI_Init (`required` < 0) or MPI_Init_thread.
 #[unsafe(no_mangle)]
@@ -26,5 +26,8 @@ pub extern "C" fn commtune_init(
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_finalize() -> c_int {
     runtime::finalizing();
+    if runtime::enabled() {
+        halo::finalizing();
+    }
     mpi::finalize()
 }

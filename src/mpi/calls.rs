@@ -7,6 +7,8 @@ use std::ffi::{c_int, c_void};
 
 use mpi_sys as ffi;
 
+use super::datatype::{MpiResult, check};
+use super::requests::Persistent;
 use super::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, type_size};
 
 #[derive(Clone, Copy)]
@@ -237,6 +239,37 @@ impl PointToPoint {
                 ),
             }
         }
+    }
+
+    /// The same message as an inactive persistent request (MPI_Send_init/MPI_Recv_init), for
+    /// counts that fit an int.
+    pub fn persistent(&self) -> MpiResult<Persistent> {
+        let count = c_int::try_from(self.count).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let mut request = super::request_null();
+        // SAFETY: the application's message arguments; writes one handle.
+        check(unsafe {
+            match self.kind {
+                PointToPointKind::Send => ffi::PMPI_Send_init(
+                    self.buf,
+                    count,
+                    self.datatype,
+                    self.peer,
+                    self.tag,
+                    self.comm,
+                    &mut request,
+                ),
+                PointToPointKind::Recv => ffi::PMPI_Recv_init(
+                    self.buf,
+                    count,
+                    self.datatype,
+                    self.peer,
+                    self.tag,
+                    self.comm,
+                    &mut request,
+                ),
+            }
+        })?;
+        Ok(Persistent(request))
     }
 
     pub fn bytes(&self) -> u64 {

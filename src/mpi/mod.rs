@@ -11,6 +11,7 @@ mod flavour;
 mod private;
 mod reduce;
 pub mod requests;
+mod watch;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -18,7 +19,8 @@ pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPo
 pub use comm::{Comm, Requests};
 pub use flavour::{Flavour, check_loaded_mpi};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
-pub use private::{private_comm, watch};
+pub use private::private_comm;
+pub use watch::{watch, watch_datatype};
 
 use mpi_sys as ffi;
 
@@ -36,6 +38,7 @@ pub struct Constants {
     pub replace: MPI_Op,
     pub no_op: MPI_Op,
     pub op_null: MPI_Op,
+    pub combiner_named: c_int,
     pub version: c_int,
     pub subversion: c_int,
 }

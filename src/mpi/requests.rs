@@ -1,4 +1,5 @@
-//! The completion calls (Wait*, Test*, Request_free), passed through to PMPI.
+//! The completion calls (Wait*, Test*, Request_free), passed through to PMPI, and the life of
+//! the persistent requests the library makes itself.
 
 use std::ffi::c_int;
 
@@ -13,6 +14,43 @@ use super::{MPI_Request, MPI_Status};
 pub unsafe fn request_at(requests: *const MPI_Request, i: usize) -> MPI_Request {
     // SAFETY: as the caller guarantees.
     unsafe { *requests.add(i) }
+}
+
+/// Replaces handle `i` of an application's request array.
+///
+/// # Safety
+/// `requests` holds more than `i` handles and is writable.
+pub unsafe fn set_request_at(requests: *mut MPI_Request, i: usize, request: MPI_Request) {
+    // SAFETY: as the caller guarantees.
+    unsafe { *requests.add(i) = request }
+}
+
+/// A persistent request the library made (MPI_Send_init/MPI_Recv_init) and owns.
+#[derive(Clone, Copy)]
+pub struct Persistent(pub(super) MPI_Request);
+
+// SAFETY: an MPI request handle may be used from any thread (MPI_THREAD_MULTIPLE); the library
+// lets one thread at a time start or complete it.
+unsafe impl Send for Persistent {}
+// SAFETY: as above.
+unsafe impl Sync for Persistent {}
+
+impl Persistent {
+    /// The handle, as the application receives it.
+    pub fn handle(self) -> MPI_Request {
+        self.0
+    }
+
+    pub fn start(mut self) -> c_int {
+        // SAFETY: an inactive persistent request of ours; MPI_Start leaves the handle unchanged.
+        unsafe { ffi::PMPI_Start(&mut self.0) }
+    }
+
+    /// Frees it: at once when inactive, else when it completes.
+    pub fn free(mut self) {
+        // SAFETY: a persistent request of ours that nobody starts after this.
+        unsafe { ffi::PMPI_Request_free(&mut self.0) };
+    }
 }
 
 /// Entry `i` of an index array MPI has just filled (Waitsome/Testsome).

@@ -1,0 +1,199 @@
+//! Episodes: the MPI_Isend/MPI_Irecv calls of a thread from the first post until the last
+//! of them completes, keyed by the site of the completing call (Waitall, or the last Wait) and by
+//! the episode's signature (ordered send/recv, peer, tag, count, datatype, communicator).
+//!
+//! Every completion call reports which of the tracked requests it finished, so episodes close
+//! however the application completes them (Waitall, Waits one by one, Waitany, Test loops,
+//! Request_free). Requests completed where the library cannot see them (another thread) leave the
+//! episode open until the handle is reused or the size bound is hit; the episode is then dropped.
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::fmt::Write;
+use std::hash::Hasher;
+use std::sync::LazyLock;
+
+use commtune_report::Op;
+use dashmap::DashMap;
+use rustc_hash::{FxBuildHasher, FxHasher};
+
+use super::Completed;
+use crate::clock;
+use crate::keys::{self, CallKey, Description};
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
+use crate::site::SiteRef;
+
+/// Episodes with more operations than this are not profiled (bounded memory per thread).
+const MAX_OPS: usize = 4096;
+
+#[derive(Clone, Copy)]
+struct Posted {
+    request: usize,
+    done: bool,
+    kind: PointToPointKind,
+    peer: c_int,
+    tag: c_int,
+    count: i64,
+    datatype: mpi::MPI_Datatype,
+    comm: usize,
+    bytes: u64,
+    /// The halo codelet that posted it.
+    codelet: usize,
+}
+
+#[derive(Default)]
+struct Tracker {
+    ops: Vec<Posted>,
+    open: usize,
+    /// Clock ticks at the episode's first post.
+    first_post: u64,
+}
+
+thread_local! {
+    static TRACKER: RefCell<Tracker> = RefCell::default();
+}
+
+/// Distinct episodes seen per completion site, to number them (`KeyData::merge_key`).
+static EPISODES_PER_SITE: LazyLock<DashMap<SiteRef, u32, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// An Isend or Irecv was posted successfully by halo codelet `codelet`.
+pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
+    TRACKER.with_borrow_mut(|t| {
+        let request = request.bits();
+        // A handle that is reused was completed where we could not see it.
+        if let Some(stale) = t.ops.iter_mut().find(|o| o.request == request && !o.done) {
+            stale.done = true;
+            t.open -= 1;
+        }
+        if t.ops.len() >= MAX_OPS {
+            t.reset();
+            return;
+        }
+        if t.ops.is_empty() {
+            t.first_post = clock::now();
+        }
+        t.ops.push(Posted {
+            request,
+            done: false,
+            kind: call.kind,
+            peer: call.peer,
+            tag: call.tag,
+            count: call.count,
+            datatype: call.datatype,
+            comm: call.comm.bits(),
+            // A message to or from MPI_PROC_NULL carries nothing.
+            bytes: if call.peer == mpi::proc_null() {
+                0
+            } else {
+                call.bytes()
+            },
+            codelet,
+        });
+        t.open += 1;
+    });
+}
+
+/// Whether this thread has an episode in progress (whose requests completion calls may finish).
+pub fn is_open() -> bool {
+    TRACKER.with_borrow(|t| t.open > 0)
+}
+
+/// A completion call at `caller` finished `completed` of the requests that were `before`.
+pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
+    TRACKER.with_borrow_mut(|t| {
+        if matches!(completed, Completed::Unknown) {
+            t.reset();
+            return;
+        }
+        completed.each(before.len(), |i| t.finish(before[i]));
+        if t.open == 0 && !t.ops.is_empty() {
+            t.close(caller);
+        }
+    });
+}
+
+impl Tracker {
+    fn reset(&mut self) {
+        self.ops.clear();
+        self.open = 0;
+    }
+
+    /// Marks the tracked request `request` done.
+    fn finish(&mut self, request: usize) {
+        if let Some(op) = self
+            .ops
+            .iter_mut()
+            .find(|o| o.request == request && !o.done)
+        {
+            op.done = true;
+            self.open -= 1;
+        }
+    }
+
+    fn close(&mut self, caller: usize) {
+        let elapsed = clock::now().saturating_sub(self.first_post);
+        let mut signature = FxHasher::default();
+        for op in &self.ops {
+            signature.write_u8(op.kind as u8);
+            signature.write_i32(op.peer);
+            signature.write_i32(op.tag);
+            signature.write_i64(op.count);
+            signature.write_usize(op.datatype.bits());
+            signature.write_usize(op.comm);
+        }
+        let key = CallKey {
+            caller,
+            op: Op::Halo,
+            words: [signature.finish(), self.ops.len() as u64, 0, 0, 0],
+        };
+        let ops = &self.ops;
+        let entry = keys::entry(key, |site| describe(site, ops));
+        // An episode whose messages were not all posted by one codelet counts as native;
+        // messages to MPI_PROC_NULL carry nothing and do not count.
+        let mut real = ops.iter().filter(|o| o.peer != mpi::proc_null());
+        let codelet = match real.next() {
+            Some(first) if real.all(|o| o.codelet == first.codelet) => first.codelet,
+            _ => 0,
+        };
+        entry.record(elapsed, codelet);
+        self.reset();
+    }
+}
+
+/// The report's description of an episode: its messages in posting order.
+fn describe(site: SiteRef, ops: &[Posted]) -> Description {
+    let ordinal = {
+        let mut n = EPISODES_PER_SITE.entry(site).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let sends = ops
+        .iter()
+        .filter(|o| o.kind == PointToPointKind::Send)
+        .count();
+    let mut signature = format!("{sends} sends, {} recvs:", ops.len() - sends);
+    for op in ops.iter().take(8) {
+        let kind = match op.kind {
+            PointToPointKind::Send => "send",
+            PointToPointKind::Recv => "recv",
+        };
+        let _ = write!(
+            signature,
+            " {kind}(peer={} tag={} {}x{})",
+            op.peer,
+            op.tag,
+            op.count,
+            mpi::type_name(op.datatype)
+        );
+    }
+    if ops.len() > 8 {
+        let _ = write!(signature, " ... ({} more)", ops.len() - 8);
+    }
+    Description {
+        merge_key: format!("episode {ordinal}"),
+        signature,
+        bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
+        tunable: true,
+    }
+}
