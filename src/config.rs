@@ -275,18 +275,13 @@ fn parse_timing(value: &str) -> Option<Timing> {
     }
 }
 
-/// The operations the tuner searches (COMMTUNE_EXCLUDE, COMMTUNE_INJECT_DELAY).
-const TUNED: &[Op] = &[Op::Allreduce, Op::Alltoall, Op::Allgatherv];
-/// The operations whose codelet can be forced: halo episodes too.
-const FORCEABLE: &[Op] = &[Op::Allreduce, Op::Alltoall, Op::Allgatherv, Op::Halo];
+const OPERATIONS: [Op; 4] = [Op::Allreduce, Op::Alltoall, Op::Allgatherv, Op::Halo];
 
-/// `op` (one of `ops`) and the registry index of `codelet`, or a message saying what is wrong.
-fn codelet_of(ops: &[Op], op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
-    let Some(op) = ops.iter().copied().find(|o| o.name() == op_name) else {
-        let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
+/// `op` and the registry index of `codelet`, or a message saying what is wrong.
+fn codelet_of(op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
+    let Some(op) = OPERATIONS.into_iter().find(|o| o.name() == op_name) else {
         return Err(format!(
-            "unknown operation `{op_name}` (operations: {})",
-            names.join(", ")
+            "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv, halo)"
         ));
     };
     let names = codelets::names(op);
@@ -305,23 +300,20 @@ fn codelet_list(
     knob: &str,
     value: &str,
     problems: &mut Vec<String>,
-    forcing: bool,
+    one_per_op: bool,
 ) -> Vec<(Op, usize)> {
     let mut list: Vec<(Op, usize)> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = match item.split_once('=') {
             None => Err(format!("`{item}` is not op=codelet")),
-            Some((op, codelet)) => {
-                let ops = if forcing { FORCEABLE } else { TUNED };
-                codelet_of(ops, op.trim(), codelet.trim())
-            }
+            Some((op, codelet)) => codelet_of(op.trim(), codelet.trim()),
         };
         match parsed {
-            Ok((_, 0)) if !forcing => problems.push(format!(
+            Ok((_, 0)) if !one_per_op => problems.push(format!(
                 "commtune: {knob}: native cannot be excluded; ignored"
             )),
             Ok((op, index)) => {
-                if forcing {
+                if one_per_op {
                     list.retain(|(o, _)| *o != op);
                 }
                 list.push((op, index));
@@ -341,7 +333,7 @@ fn delays(value: &str, problems: &mut Vec<String>) -> Vec<Delay> {
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
             .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
             .and_then(|((op, codelet), when)| {
-                let (op, codelet) = codelet_of(TUNED, op.trim(), codelet.trim())?;
+                let (op, codelet) = codelet_of(op.trim(), codelet.trim())?;
                 let (duration, after) = match when.split_once('@') {
                     Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
                     None => (when, 0),

@@ -314,7 +314,7 @@ fn codelets_lists_every_operation_from_the_library() {
         .iter()
         .map(|o| o["op"].as_str().unwrap())
         .collect();
-    assert_eq!(ops, ["allreduce", "alltoall", "allgatherv"]);
+    assert_eq!(ops, ["allreduce", "alltoall", "allgatherv", "halo"]);
     let allreduce: Vec<&str> = catalogue["operations"][0]["codelets"]
         .as_array()
         .unwrap()

@@ -89,3 +89,70 @@ fn stencils_under_every_halo_codelet_mpich_4_ranks() {
     let dir = scratch("halo-mpich-4");
     stencil(Mpich, 4, &CASES[..2], &dir);
 }
+
+/// Tunes the stencil with delays that make each halo codelet in turn the known winner: the
+/// checksum stays the native one and the report names the winner.
+fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Path) {
+    let program = compile(flavour, "stencil.c", dir);
+    let args: Vec<&str> = case.split_whitespace().collect();
+    let expected = checksum(&run(flavour, np, &program, dir).args(&args).native().go());
+    for &winner in CODELETS {
+        let delays: Vec<String> = CODELETS
+            .iter()
+            .filter(|&&c| c != winner)
+            .map(|c| format!("halo:{c}=1ms"))
+            .collect();
+        let job = run(flavour, np, &program, dir)
+            .args(&args)
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_TIMING", timing)
+            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+            .go();
+        let context = format!(
+            "{flavour:?} {np} ranks, stencil {case}, {timing} timing, {winner} made the winner"
+        );
+        assert_eq!(
+            checksum(&job),
+            expected,
+            "{context}: checksum differs from native"
+        );
+        let report = job.report();
+        let tuning = &halo_site(&report)["tuning"];
+        assert_eq!(tuning["phase"], "production", "{context}: {tuning:#}");
+        assert_eq!(tuning["winner"], winner, "{context}: {tuning:#}");
+    }
+}
+
+#[test]
+fn tuning_finds_the_known_winner_openmpi_4_ranks() {
+    let dir = scratch("halo-tune-openmpi-4");
+    tuned_stencil(OpenMpi, 4, "2 12 1 1 60 waitall none", "local", &dir);
+    tuned_stencil(OpenMpi, 4, "3 6 1 1 60 testsome recv", "period", &dir);
+}
+
+#[test]
+fn tuning_finds_the_known_winner_mpich_2_ranks() {
+    let dir = scratch("halo-tune-mpich-2");
+    tuned_stencil(Mpich, 2, "2 12 2 1 60 waitany allreduce", "local", &dir);
+}
+
+/// On one rank without periodic boundaries every message goes to MPI_PROC_NULL: no codelet but
+/// native posts anything, and the report says why the others left the search.
+#[test]
+fn tuning_reports_codelets_that_do_not_apply() {
+    let dir = scratch("halo-tune-inapplicable");
+    let program = compile(OpenMpi, "stencil.c", &dir);
+    let job = run(OpenMpi, 1, &program, &dir)
+        .args(&["2", "8", "1", "0", "40", "waitall", "none"])
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    let report = job.report();
+    let site = halo_site(&report);
+    assert_eq!(site["tuning"]["winner"], "native", "{site:#}");
+    let notes = site["notes"].to_string();
+    assert!(
+        notes.contains("halo codelet persistent did not apply"),
+        "{site:#}"
+    );
+}

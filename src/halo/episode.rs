@@ -8,6 +8,7 @@
 //! episode open until the handle is reused or the size bound is hit; the episode is then dropped.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_int;
 use std::fmt::Write;
 use std::hash::Hasher;
@@ -17,11 +18,12 @@ use commtune_report::Op;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::Completed;
-use crate::clock;
-use crate::keys::{self, CallKey, Description};
+use super::{Completed, tuning};
+use crate::config::Mode;
+use crate::keys::{self, CallKey, Description, Entry};
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 use crate::site::SiteRef;
+use crate::{clock, runtime};
 
 /// Episodes with more operations than this are not profiled (bounded memory per thread).
 const MAX_OPS: usize = 4096;
@@ -47,10 +49,53 @@ struct Tracker {
     open: usize,
     /// Clock ticks at the episode's first post.
     first_post: u64,
+    /// The episode's first post (its call site and message), which predicts its key.
+    first: u64,
+    /// The key this episode is expected to be, from the last episode with the same first post.
+    predicted: Option<&'static Entry>,
+    /// The halo codelet the episode is to run.
+    codelet: usize,
 }
+
+/// First posts remembered per thread at most.
+const MAX_PREDICTIONS: usize = 4096;
 
 thread_local! {
     static TRACKER: RefCell<Tracker> = RefCell::default();
+    /// The key of the last episode that started with each first post.
+    static PREDICTIONS: RefCell<HashMap<u64, &'static Entry, FxBuildHasher>> =
+        RefCell::default();
+}
+
+/// The halo codelet for a post at `caller` of `call`: at an episode's first post it is chosen
+/// (forced, or the tuner's choice for the key the episode is predicted to be), and the rest of
+/// the episode keeps it.
+pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
+    TRACKER.with_borrow_mut(|t| {
+        if t.ops.is_empty() {
+            t.first = first_post(caller, call);
+            t.predicted = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
+            let config = runtime::config();
+            t.codelet = match config.forced(Op::Halo) {
+                Some(forced) => forced,
+                None if config.mode == Mode::Tune => t.predicted.map_or(0, tuning::choose),
+                None => 0,
+            };
+        }
+        t.codelet
+    })
+}
+
+fn first_post(caller: usize, call: &PointToPoint) -> u64 {
+    let mut h = FxHasher::default();
+    h.write_usize(caller);
+    h.write_u8(call.kind as u8);
+    h.write_i32(call.peer);
+    h.write_i32(call.tag);
+    h.write_i64(call.count);
+    h.write_usize(call.datatype.bits());
+    h.write_usize(call.comm.bits());
+    h.finish()
 }
 
 /// Distinct episodes seen per completion site, to number them (`KeyData::merge_key`).
@@ -132,7 +177,6 @@ impl Tracker {
     }
 
     fn close(&mut self, caller: usize) {
-        let elapsed = clock::now().saturating_sub(self.first_post);
         let mut signature = FxHasher::default();
         for op in &self.ops {
             signature.write_u8(op.kind as u8);
@@ -152,11 +196,29 @@ impl Tracker {
         // An episode whose messages were not all posted by one codelet counts as native;
         // messages to MPI_PROC_NULL carry nothing and do not count.
         let mut real = ops.iter().filter(|o| o.peer != mpi::proc_null());
-        let codelet = match real.next() {
+        let ran = match real.next() {
             Some(first) if real.all(|o| o.codelet == first.codelet) => first.codelet,
             _ => 0,
         };
-        entry.record(elapsed, codelet);
+        let config = runtime::config();
+        if !config.delays.is_empty()
+            && let Some(delay) = config.delay(Op::Halo, ran, entry.calls() + 1)
+        {
+            std::thread::sleep(delay);
+        }
+        let now = clock::now();
+        let elapsed = now.saturating_sub(self.first_post);
+        entry.record(elapsed, ran);
+        if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
+            let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
+            tuning::completed(entry, expected.then_some(self.codelet), ran, elapsed, now);
+        }
+        PREDICTIONS.with_borrow_mut(|p| {
+            if p.len() >= MAX_PREDICTIONS {
+                p.clear();
+            }
+            p.insert(self.first, entry);
+        });
         self.reset();
     }
 }

@@ -4,15 +4,15 @@
 
 mod episode;
 mod persistent;
+mod tuning;
+
+pub use tuning::report as tuning_report;
 
 use std::cell::RefCell;
 use std::ffi::c_int;
 
-use commtune_report::Op;
-
 use crate::mpi::requests::{index_at, request_at, set_request_at};
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint};
-use crate::runtime;
 
 /// A way to post an episode's messages. Each reorders or repackages the same messages, so it
 /// matches whatever codelet the peers use.
@@ -70,10 +70,9 @@ thread_local! {
     static BEFORE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Posts an Isend or Irecv with the halo codelet in force and tracks it in its episode.
-pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> c_int {
-    let codelet = runtime::config().forced(Op::Halo).unwrap_or(NATIVE);
-    let (rc, used) = match codelet {
+/// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it.
+pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_int {
+    let (rc, used) = match episode::codelet(caller, call) {
         PERSISTENT => match persistent::start(call) {
             Some(ours) => {
                 // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.

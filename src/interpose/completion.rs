@@ -10,9 +10,9 @@ use crate::mpi::{
 };
 use crate::runtime;
 
-fn post(call: PointToPoint, request: *mut MPI_Request) -> c_int {
+fn post(ra: *const c_void, call: PointToPoint, request: *mut MPI_Request) -> c_int {
     if runtime::enabled() && runtime::process().is_some() {
-        halo::post(&call, request)
+        halo::post(ra as usize, &call, request)
     } else {
         call.native(request)
     }
@@ -20,7 +20,7 @@ fn post(call: PointToPoint, request: *mut MPI_Request) -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_isend(
-    _ra: *const c_void,
+    ra: *const c_void,
     large: c_int,
     buf: *const c_void,
     count: MPI_Count,
@@ -40,12 +40,12 @@ pub extern "C" fn commtune_isend(
         comm,
         large: large != 0,
     };
-    post(call, request)
+    post(ra, call, request)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_irecv(
-    _ra: *const c_void,
+    ra: *const c_void,
     large: c_int,
     buf: *mut c_void,
     count: MPI_Count,
@@ -65,7 +65,7 @@ pub extern "C" fn commtune_irecv(
         comm,
         large: large != 0,
     };
-    post(call, request)
+    post(ra, call, request)
 }
 
 /// Runs a completion call, telling the episode tracker what it completed.

@@ -13,7 +13,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-use commtune_report::{KeyData, Op, SiteData};
+use commtune_report::{KeyData, Op, SiteData, TuningData};
 use dashmap::DashMap;
 use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
@@ -152,6 +152,17 @@ impl Entry {
         }
     }
 
+    fn tuning(&self, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
+        let config = runtime::config();
+        if config.mode != Mode::Tune || config.forced(self.op).is_some() {
+            return None;
+        }
+        match self.op {
+            Op::Halo => Some(crate::halo::tuning_report(self, ns_per_tick)),
+            _ => Some(self.tuner.current.get()?.report(names, ns_per_tick)),
+        }
+    }
+
     /// The key's data for the report, with durations converted to nanoseconds.
     pub fn data(&self, ns_per_tick: f64) -> KeyData {
         let s = self
@@ -197,10 +208,7 @@ impl Entry {
                 .map(|(name, n)| (name.to_string(), *n))
                 .collect(),
             notes: s.notes.clone(),
-            tuning: (runtime::config().mode == Mode::Tune && self.op != Op::Halo)
-                .then(|| self.tuner.current.get())
-                .flatten()
-                .map(|t| t.report(&names, ns_per_tick)),
+            tuning: self.tuning(&names, ns_per_tick),
         }
     }
 }

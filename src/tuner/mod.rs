@@ -26,8 +26,7 @@ mod stats;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-pub use self::policy::Search;
-use self::policy::{Agreed, Candidate, Next, Plan};
+pub use self::policy::{Agreed, Candidate, Next, Plan, Search};
 use self::state::KeyTuner;
 pub use self::state::TunerLink;
 use self::state::{
@@ -437,7 +436,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
             .plan
             .candidates
             .iter()
-            .map(|c| local_estimate(settings.filter, s, c.index))
+            .map(|c| local_estimate(settings.filter, &s.samples, c.index))
             .collect();
         let wasted = wasted_share(s, key.ticks);
         let next = match comm.private.map(|p| agree::round(&p, &local, wasted)) {
@@ -528,10 +527,10 @@ fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> Stri
         .join(" ")
 }
 
-/// This rank's estimate of a codelet: typical time and its standard error.
-fn local_estimate(filter: Filter, s: &SearchState, codelet: usize) -> Agreed {
-    let samples = s
-        .samples
+/// This rank's estimate of a codelet from its samples (per codelet): typical time and its
+/// standard error.
+pub fn local_estimate(filter: Filter, samples: &[(usize, Vec<f64>)], codelet: usize) -> Agreed {
+    let samples = samples
         .iter()
         .find(|(i, _)| *i == codelet)
         .map_or(&[][..], |(_, v)| v.as_slice());

@@ -1,0 +1,266 @@
+//! Tuning of halo episodes (COMMTUNE_MODE=tune): a repeating episode key searches the halo
+//! codelets and keeps the fastest.
+//!
+//! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
+//! peers run: every rank searches and decides alone, from its own samples, with no agreement and
+//! no collective. A sample is the episode's time (first post to last completion) or, with
+//! `COMMTUNE_TIMING=period`, the time from the previous completion of the same key to this one (an
+//! application iteration; each codelet then runs twice in a row and the first run is discarded).
+//! A codelet that posted some of an episode's messages natively (its requirements, see
+//! `CODELETS`) gives no sample; one that never manages to is dropped from the search, with a
+//! note in the report.
+
+use std::sync::LazyLock;
+
+use commtune_report::{CodeletEstimate, TuningData};
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use super::CODELETS;
+use crate::codelets::Partners;
+use crate::keys::Entry;
+use crate::runtime;
+use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate};
+
+/// Instances in a row a codelet may fail to give a sample before it leaves the search.
+const MAX_MISSES: u32 = 4;
+
+#[derive(Default)]
+struct EpisodeTuning {
+    instances: u64,
+    search: Option<Search>,
+    /// The winner and the instance production started at.
+    production: Option<(usize, u64)>,
+    /// The decided search, for the report.
+    decided: Option<Plan>,
+    search_instances: u64,
+    /// The previous completion's clock ticks and codelet (period timing).
+    last: Option<(u64, usize)>,
+}
+
+struct Search {
+    plan: Plan,
+    /// Instances of the current round so far.
+    step: usize,
+    samples: Vec<(usize, Vec<f64>)>,
+    misses: u32,
+}
+
+/// Keyed by the entry's address: entries live for the whole process.
+static TUNING: LazyLock<DashMap<usize, EpisodeTuning, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+fn id(entry: &Entry) -> usize {
+    std::ptr::from_ref(entry) as usize
+}
+
+/// Runs of each codelet in a row per round.
+fn repeat() -> usize {
+    match runtime::config().tuning.timing {
+        Timing::Period => 2,
+        Timing::Local | Timing::Barrier => 1,
+    }
+}
+
+/// The codelet the next instance of `entry` runs.
+pub fn choose(entry: &'static Entry) -> usize {
+    let Some(t) = TUNING.get(&id(entry)) else {
+        return 0;
+    };
+    if let Some((winner, _)) = t.production {
+        return winner;
+    }
+    t.search
+        .as_ref()
+        .and_then(|s| s.plan.candidates.get(s.step / repeat()))
+        .map_or(0, |c| c.index)
+}
+
+/// An instance of `entry` completed at clock `now` after `ticks`: it was to run `chosen` (None
+/// when it was not predicted to be this key) and ran `ran`.
+pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks: u64, now: u64) {
+    let mut t = TUNING.entry(id(entry)).or_default();
+    let t = &mut *t;
+    t.instances += 1;
+    let previous = t.last.replace((now, ran));
+    if t.production.is_some() {
+        return;
+    }
+    let Some(search) = &mut t.search else {
+        if t.instances >= runtime::config().tuning.warmup {
+            t.search = Some(Search::new());
+        }
+        return;
+    };
+    t.search_instances += 1;
+    let Some(chosen) = chosen.filter(|&c| search.current() == Some(c)) else {
+        return;
+    };
+    let sample = match runtime::config().tuning.timing {
+        Timing::Period => previous
+            .filter(|&(_, codelet)| codelet == chosen && ran == chosen)
+            .map(|(at, _)| now.saturating_sub(at)),
+        Timing::Local | Timing::Barrier => (ran == chosen).then_some(ticks),
+    };
+    let last_of_codelet = search.step % repeat() == repeat() - 1;
+    match sample {
+        Some(ticks) if last_of_codelet => {
+            search.misses = 0;
+            search.samples_of(chosen).push(ticks as f64);
+            search.step += 1;
+        }
+        // The first run of a pair (period timing); the second then measures a whole period.
+        _ if ran == chosen && !last_of_codelet => search.step += 1,
+        // The second run of a pair whose first run did not count: run again.
+        _ if ran == chosen => {}
+        _ => {
+            search.misses += 1;
+            if search.misses >= MAX_MISSES {
+                entry.note(format!(
+                    "halo codelet {} did not apply to this episode's messages (requires {})",
+                    CODELETS[chosen].name,
+                    CODELETS[chosen].requires.join(", ")
+                ));
+                search.drop_current();
+            }
+        }
+    }
+    if search.step >= search.plan.candidates.len() * repeat()
+        && let Some(winner) = search.end_round()
+    {
+        t.production = Some((winner, t.instances));
+        t.decided = t.search.take().map(|s| s.plan);
+    }
+}
+
+impl Search {
+    fn new() -> Search {
+        let config = runtime::config();
+        let candidates = (0..CODELETS.len())
+            .filter(|&c| c == 0 || !config.excluded(commtune_report::Op::Halo, c))
+            .map(|index| Candidate {
+                index,
+                partners: Partners::Pair,
+                collectives: false,
+            })
+            .collect();
+        Search {
+            plan: Plan::new(config.tuning.search, candidates, config.tuning.samples),
+            step: 0,
+            samples: Vec::new(),
+            misses: 0,
+        }
+    }
+
+    fn current(&self) -> Option<usize> {
+        self.plan
+            .candidates
+            .get(self.step / repeat())
+            .map(|c| c.index)
+    }
+
+    fn samples_of(&mut self, codelet: usize) -> &mut Vec<f64> {
+        let at = match self.samples.iter().position(|(c, _)| *c == codelet) {
+            Some(at) => at,
+            None => {
+                self.samples.push((codelet, Vec::new()));
+                self.samples.len() - 1
+            }
+        };
+        &mut self.samples[at].1
+    }
+
+    /// The codelet being tried cannot run this episode: it leaves the race (native never does:
+    /// it always applies).
+    fn drop_current(&mut self) {
+        let at = self.step / repeat();
+        self.plan.candidates.remove(at);
+        self.samples
+            .retain(|(c, _)| self.plan.candidates.iter().any(|k| k.index == *c));
+        self.step = at * repeat();
+        self.misses = 0;
+    }
+
+    /// Ends a round: the winner, or None for another round.
+    fn end_round(&mut self) -> Option<usize> {
+        self.step = 0;
+        let config = runtime::config();
+        let estimates: Vec<Agreed> = self
+            .plan
+            .candidates
+            .iter()
+            .map(|c| local_estimate(config.tuning.filter, &self.samples, c.index))
+            .collect();
+        match self
+            .plan
+            .after_round(&estimates, false, config.tuning.min_gain)
+        {
+            Next::Decide(winner) => Some(winner),
+            Next::Round => None,
+        }
+    }
+}
+
+/// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
+pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
+    let warmup = runtime::config().tuning.warmup;
+    let Some(t) = TUNING.get(&id(entry)) else {
+        return TuningData {
+            phase: "warmup".into(),
+            reason: Some(format!(
+                "called 0 times, fewer than COMMTUNE_WARMUP={warmup}"
+            )),
+            winner: None,
+            search_instances: 0,
+            searches: 0,
+            rounds: 0,
+            codelets: Vec::new(),
+            saved_s: 0.0,
+        };
+    };
+    let (phase, reason) = match (&t.production, &t.search) {
+        (Some(_), _) => ("production", None),
+        (None, Some(_)) => ("search", None),
+        (None, None) => (
+            "warmup",
+            Some(format!(
+                "called {} times, fewer than COMMTUNE_WARMUP={warmup}",
+                t.instances
+            )),
+        ),
+    };
+    let plan = t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref());
+    let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
+    let codelets = plan.map_or_else(Vec::new, |plan| {
+        plan.estimates
+            .iter()
+            .map(|(i, e)| CodeletEstimate {
+                name: CODELETS[*i].name.to_string(),
+                estimate_us: us(e.location),
+                error_us: us(e.error),
+            })
+            .collect()
+    });
+    let saved_s = match (t.production, plan) {
+        (Some((winner, since)), Some(plan)) if winner != 0 => {
+            match (plan.estimate(0), plan.estimate(winner)) {
+                (Some(native), Some(best)) => {
+                    let instances = t.instances.saturating_sub(since) as f64;
+                    (native.location - best.location) * instances * ns_per_tick * 1e-9
+                }
+                _ => 0.0,
+            }
+        }
+        _ => 0.0,
+    };
+    TuningData {
+        phase: phase.into(),
+        reason,
+        winner: t.production.map(|(w, _)| CODELETS[w].name.to_string()),
+        search_instances: t.search_instances,
+        searches: u32::from(t.search.is_some() || t.decided.is_some()),
+        rounds: plan.map_or(0, |p| p.rounds),
+        codelets,
+        saved_s,
+    }
+}
