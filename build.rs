@@ -4,6 +4,9 @@
 //! rebuild when it changes, so src/mpi/mod.rs checks at compile time that the bindings match the
 //! flavour detected here; use one `--target-dir` per flavour.
 
+#[path = "build/entry_points.rs"]
+mod entry_points;
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +20,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo:rerun-if-env-changed=MPICC");
     println!("cargo:rerun-if-changed=shim");
+    println!("cargo:rerun-if-changed=build");
     println!("cargo::rustc-check-cfg=cfg(mpi_flavour, values(\"openmpi\", \"mpich\"))");
 
     let flavour = detect_flavour(&mpicc, &out);
@@ -24,21 +28,25 @@ fn main() {
     println!("cargo:rustc-cfg=mpi_flavour=\"{flavour}\"");
     println!("cargo:rustc-env=COMMTUNE_BUILD_FLAVOUR={flavour}");
 
+    let fortran = if flavour == "openmpi" {
+        OPENMPI_FORTRAN
+    } else {
+        MPICH_FORTRAN
+    };
+    let hand_written: Vec<&str> = SHIM_SOURCES.iter().copied().chain([fortran]).collect();
+    let generated = entry_points::generate(&mpicc, &out, &hand_written);
+
     let mut build = cc::Build::new();
     build
         .compiler(&mpicc)
-        .files(SHIM_SOURCES)
+        .files(&hand_written)
+        .file(&generated)
         .include("shim")
         .flag("-Wall")
         .flag("-Wextra")
         .flag("-Werror")
         .flag("-Wno-unused-parameter")
         .cargo_metadata(false);
-    build.file(if flavour == "openmpi" {
-        OPENMPI_FORTRAN
-    } else {
-        MPICH_FORTRAN
-    });
     build.compile("commtune_shim");
 
     // The shim defines the MPI_* symbols the application must see. rustc gives a cdylib a version

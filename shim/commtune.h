@@ -10,6 +10,16 @@
 
 #define CALLER __builtin_return_address(0)
 
+/* Nonzero while halo operations wait to be posted (src/halo/deferred.rs). Every MPI entry point
+ * posts them before anything else, so that no call can block while they wait. */
+extern int commtune_deferred_pending;
+void commtune_post_deferred(void);
+#define COMMTUNE_POST_DEFERRED()                                                                  \
+    do {                                                                                          \
+        if (__atomic_load_n(&commtune_deferred_pending, __ATOMIC_ACQUIRE))                        \
+            commtune_post_deferred();                                                             \
+    } while (0)
+
 int commtune_init(int *argc, char ***argv, int required, int *provided);
 int commtune_finalize(void);
 

@@ -1,7 +1,8 @@
 //! Halo codelets on stencil programs (tests/programs/stencil.c): under every forced halo codelet
 //! the final checksum equals the native run's bit for bit, every request the application holds is
 //! MPI_REQUEST_NULL after completion (the program checks), and nothing deadlocks when other MPI
-//! calls (a blocking token ring, an Allreduce) sit between the posts and the completion.
+//! calls (a blocking token ring, an Allreduce, blocking receives and polling that need a send
+//! the codelet holds back) sit between the posts and the completion.
 
 mod common;
 
@@ -11,16 +12,16 @@ use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
 use serde_json::Value;
 
 /// The halo codelets (`commtune codelets`), native first.
-const CODELETS: &[&str] = &["native", "persistent"];
+const CODELETS: &[&str] = &["native", "persistent", "irecv_first"];
 
-/// Stencil arguments: DIMS N WIDTH PERIODIC ITERATIONS COMPLETION INTERLEAVE.
+/// Stencil arguments: DIMS N WIDTH PERIODIC ITERATIONS COMPLETION INTERLEAVE ORDER.
 const CASES: &[&str] = &[
-    "2 12 1 1 12 waitall none",
-    "2 10 2 0 12 waitany allreduce",
-    "3 6 1 1 12 testsome recv",
-    "3 6 2 0 12 waits none",
-    "2 10 1 1 12 testall both",
-    "2 12 2 1 12 free_sends both",
+    "2 12 1 1 12 waitall none sends_first",
+    "2 10 2 0 12 waitany allreduce sends_first",
+    "3 6 1 1 12 testsome recv mixed",
+    "3 6 2 0 12 waits none recvs_first",
+    "2 10 1 1 12 testall both sends_first",
+    "2 12 2 1 12 free_sends both mixed",
 ];
 
 fn checksum(job: &common::Job) -> String {
@@ -126,14 +127,26 @@ fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Pa
 #[test]
 fn tuning_finds_the_known_winner_openmpi_4_ranks() {
     let dir = scratch("halo-tune-openmpi-4");
-    tuned_stencil(OpenMpi, 4, "2 12 1 1 60 waitall none", "local", &dir);
-    tuned_stencil(OpenMpi, 4, "3 6 1 1 60 testsome recv", "period", &dir);
+    tuned_stencil(
+        OpenMpi,
+        4,
+        "2 12 1 1 60 waitall none sends_first",
+        "local",
+        &dir,
+    );
+    tuned_stencil(OpenMpi, 4, "3 6 1 1 60 testsome recv mixed", "period", &dir);
 }
 
 #[test]
 fn tuning_finds_the_known_winner_mpich_2_ranks() {
     let dir = scratch("halo-tune-mpich-2");
-    tuned_stencil(Mpich, 2, "2 12 2 1 60 waitany allreduce", "local", &dir);
+    tuned_stencil(
+        Mpich,
+        2,
+        "2 12 2 1 60 waitany allreduce sends_first",
+        "local",
+        &dir,
+    );
 }
 
 /// On one rank without periodic boundaries every message goes to MPI_PROC_NULL: no codelet but
@@ -155,4 +168,45 @@ fn tuning_reports_codelets_that_do_not_apply() {
         notes.contains("halo codelet persistent did not apply"),
         "{site:#}"
     );
+}
+
+/// tests/programs/deferral.c: sends held back by irecv_first while the program blocks in (or
+/// polls) calls that need them; it deadlocks unless every MPI call posts them first.
+fn deferral(flavour: Flavour) {
+    let dir = scratch(&format!("halo-deferral-{}", flavour.name()));
+    let program = compile(flavour, "deferral.c", &dir);
+    for &codelet in CODELETS {
+        let job = run(flavour, 2, &program, &dir)
+            .env(
+                "COMMTUNE_FORCE",
+                &format!("halo=irecv_first,halo={codelet}"),
+            )
+            .go();
+        job.assert_success();
+        assert!(
+            job.stdout().contains("deferral: results correct"),
+            "halo={codelet}: {}",
+            job.stdout()
+        );
+        // The Waitall closes [Isend, Irecv] episodes, or [Irecv] ones where the send completed
+        // earlier (MPI_Test polling): two keys at one line.
+        let line = common::marker_line("deferral.c", "SITE:deferral_waitall");
+        let report = job.report();
+        let calls: u64 = sites(&report)
+            .iter()
+            .filter(|s| s["line"].as_u64() == Some(line))
+            .map(|s| codelet_calls(s, codelet))
+            .sum();
+        assert!(calls > 0, "halo={codelet}: {report:#}");
+    }
+}
+
+#[test]
+fn deferred_sends_never_deadlock_openmpi() {
+    deferral(OpenMpi);
+}
+
+#[test]
+fn deferred_sends_never_deadlock_mpich() {
+    deferral(Mpich);
 }

@@ -148,22 +148,24 @@ fn known_calls_fortran(flavour: Flavour, interface: &str) {
     check_report(&job.report(), source, 2, KNOWN_CALLS_FORTRAN);
     // Persistent requests travel through the Fortran handle conversions and come back as
     // MPI_REQUEST_NULL (the second exchange of each loop reuses the first one's messages).
-    let job = run(flavour, 2, &exe, &dir)
-        .env("COMMTUNE_FORCE", "halo=persistent")
-        .go();
-    job.assert_success();
-    assert!(job.stdout().contains("results correct"), "{}", job.stdout());
-    let report = job.report();
-    for marker in [
-        "SITE:halo_waitall",
-        "SITE:halo_testall",
-        "SITE:halo_waitany",
-    ] {
-        let site = site_at_line(&report, marker_line(source, marker));
-        assert_eq!(
-            site["codelets"]["persistent"], 2,
-            "{marker}: one episode per rank: {site:#}"
-        );
+    for codelet in ["persistent", "irecv_first"] {
+        let job = run(flavour, 2, &exe, &dir)
+            .env("COMMTUNE_FORCE", &format!("halo={codelet}"))
+            .go();
+        job.assert_success();
+        assert!(job.stdout().contains("results correct"), "{}", job.stdout());
+        let report = job.report();
+        for marker in [
+            "SITE:halo_waitall",
+            "SITE:halo_testall",
+            "SITE:halo_waitany",
+        ] {
+            let site = site_at_line(&report, marker_line(source, marker));
+            assert_eq!(
+                site["codelets"][codelet], 2,
+                "{marker}: the second episode of each rank: {site:#}"
+            );
+        }
     }
 }
 

@@ -55,6 +55,9 @@ struct Tracker {
     predicted: Option<&'static Entry>,
     /// The halo codelet the episode is to run.
     codelet: usize,
+    /// Receives the predicted key has (None without a prediction), and those posted so far.
+    expected_recvs: Option<usize>,
+    recvs: usize,
 }
 
 /// First posts remembered per thread at most.
@@ -62,8 +65,8 @@ const MAX_PREDICTIONS: usize = 4096;
 
 thread_local! {
     static TRACKER: RefCell<Tracker> = RefCell::default();
-    /// The key of the last episode that started with each first post.
-    static PREDICTIONS: RefCell<HashMap<u64, &'static Entry, FxBuildHasher>> =
+    /// The key of the last episode that started with each first post, and its receive count.
+    static PREDICTIONS: RefCell<HashMap<u64, (&'static Entry, usize), FxBuildHasher>> =
         RefCell::default();
 }
 
@@ -74,7 +77,9 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
     TRACKER.with_borrow_mut(|t| {
         if t.ops.is_empty() {
             t.first = first_post(caller, call);
-            t.predicted = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
+            let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
+            t.predicted = prediction.map(|(entry, _)| entry);
+            t.expected_recvs = prediction.map(|(_, recvs)| recvs);
             let config = runtime::config();
             t.codelet = match config.forced(Op::Halo) {
                 Some(forced) => forced,
@@ -118,6 +123,9 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
         if t.ops.is_empty() {
             t.first_post = clock::now();
         }
+        if call.kind == PointToPointKind::Recv {
+            t.recvs += 1;
+        }
         t.ops.push(Posted {
             request,
             done: false,
@@ -137,6 +145,12 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
         });
         t.open += 1;
     });
+}
+
+/// Whether the episode in progress is predicted to post more receives than it has so far (None:
+/// no prediction).
+pub fn receives_outstanding() -> Option<bool> {
+    TRACKER.with_borrow(|t| t.expected_recvs.map(|expected| t.recvs < expected))
 }
 
 /// Whether this thread has an episode in progress (whose requests completion calls may finish).
@@ -162,6 +176,7 @@ impl Tracker {
     fn reset(&mut self) {
         self.ops.clear();
         self.open = 0;
+        self.recvs = 0;
     }
 
     /// Marks the tracked request `request` done.
@@ -217,7 +232,7 @@ impl Tracker {
             if p.len() >= MAX_PREDICTIONS {
                 p.clear();
             }
-            p.insert(self.first, entry);
+            p.insert(self.first, (entry, self.recvs));
         });
         self.reset();
     }

@@ -2,10 +2,13 @@
 //! codelets, which change how the messages are posted but never which messages match, so that
 //! each rank may use its own (DESIGN, "Halo episodes").
 
+mod deferred;
 mod episode;
+mod irecv_first;
 mod persistent;
 mod tuning;
 
+pub use deferred::post_all as post_deferred;
 pub use tuning::report as tuning_report;
 
 use std::cell::RefCell;
@@ -32,9 +35,14 @@ pub const CODELETS: &[HaloCodelet] = &[
         name: "persistent",
         requires: persistent::REQUIRES,
     },
+    HaloCodelet {
+        name: "irecv_first",
+        requires: irecv_first::REQUIRES,
+    },
 ];
 const NATIVE: usize = 0;
 const PERSISTENT: usize = 1;
+const IRECV_FIRST: usize = 2;
 
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
@@ -81,11 +89,18 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
             }
             None => (call.native(request), NATIVE),
         },
+        IRECV_FIRST => match irecv_first::post(call, request) {
+            (rc, true) => (rc, IRECV_FIRST),
+            (rc, false) => (rc, NATIVE),
+        },
         _ => (call.native(request), NATIVE),
     };
     if rc == mpi::SUCCESS {
         // SAFETY: the request variable holds the handle just written.
         episode::posted(call, unsafe { request_at(request, 0) }, used);
+        if used == IRECV_FIRST && episode::receives_outstanding() == Some(false) {
+            deferred::post_all();
+        }
     }
     rc
 }

@@ -19,7 +19,7 @@ use dashmap::mapref::entry::Entry;
 use rustc_hash::FxBuildHasher;
 
 use crate::mpi::requests::Persistent;
-use crate::mpi::{self, HandleBits, PointToPoint, PointToPointKind};
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 
 pub const REQUIRES: &[&str] = &[
     "a message posted before (same buffer, count, datatype, peer, tag, communicator)",
@@ -74,20 +74,49 @@ impl Message {
     }
 }
 
+/// A persistent request set aside for one post of its message, not started yet.
+pub struct Reserved {
+    message: Message,
+    request: Persistent,
+}
+
+impl Reserved {
+    pub fn handle(&self) -> MPI_Request {
+        self.request.handle()
+    }
+}
+
 /// Starts the persistent request for `call`'s message, made now if the message was seen before;
 /// None when the message is to be posted natively.
+pub fn start(call: &PointToPoint) -> Option<Persistent> {
+    let reserved = reserve(call, false)?;
+    let request = reserved.request;
+    if begin(reserved) {
+        Some(request)
+    } else {
+        request.free();
+        None
+    }
+}
+
+/// The persistent request for `call`'s message, made now if the message was seen before (or if
+/// `first_post_too`), set aside for this post until `begin`.
 ///
 /// No MPI call runs under a map lock: freeing a request can free the last reference to a datatype
 /// or communicator, whose watch callback comes back here.
-pub fn start(call: &PointToPoint) -> Option<Persistent> {
+pub fn reserve(call: &PointToPoint, first_post_too: bool) -> Option<Reserved> {
     if call.peer == mpi::proc_null() {
         return None;
     }
     let message = Message::of(call);
     let idle = {
-        let Some(mut slot) = MESSAGES.get_mut(&message) else {
-            remember(call, message);
-            return None;
+        let mut slot = match MESSAGES.get_mut(&message) {
+            Some(slot) => slot,
+            None if first_post_too && remember(call, message) => MESSAGES.get_mut(&message)?,
+            None => {
+                remember(call, message);
+                return None;
+            }
         };
         let idle = match *slot {
             Slot::Seen => None,
@@ -97,37 +126,50 @@ pub fn start(call: &PointToPoint) -> Option<Persistent> {
         *slot = Slot::Starting;
         idle
     };
-    let started = match idle.map_or_else(|| call.persistent(), Ok) {
-        Ok(request) if request.start() == mpi::SUCCESS => Some(request),
-        Ok(request) => {
-            request.free();
+    match idle.map_or_else(|| call.persistent(), Ok) {
+        Ok(request) => Some(Reserved { message, request }),
+        Err(_) => {
+            if let Some(mut slot) = MESSAGES.get_mut(&message) {
+                *slot = Slot::Native;
+            }
             None
         }
-        Err(_) => None,
-    };
-    if let Some(request) = started {
+    }
+}
+
+/// Starts a reserved request; false when MPI refused (its message is then always native).
+pub fn begin(reserved: Reserved) -> bool {
+    let Reserved { message, request } = reserved;
+    let started = request.start() == mpi::SUCCESS;
+    if started {
         STARTED.insert(request.handle().bits(), (message, request));
         IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
     }
     // The message is gone if its datatype was freed meanwhile; `completed` then frees the request.
     if let Some(mut slot) = MESSAGES.get_mut(&message) {
-        *slot = started.map_or(Slot::Native, Slot::Started);
+        *slot = if started {
+            Slot::Started(request)
+        } else {
+            Slot::Native
+        };
     }
     started
 }
 
-/// Notes a first post, watching the objects the message names so that its state dies with them.
-fn remember(call: &PointToPoint, message: Message) {
+/// Notes a first post, watching the objects the message names so that its state dies with them;
+/// false when the message cannot be remembered (table full, or MPI refused the watch).
+fn remember(call: &PointToPoint, message: Message) -> bool {
     if REMEMBERED.load(Ordering::Relaxed) >= MAX_MESSAGES
         || mpi::watch(call.comm, comm_freed).is_err()
         || mpi::watch_datatype(call.datatype, datatype_freed).is_err()
     {
-        return;
+        return false;
     }
     if let Entry::Vacant(slot) = MESSAGES.entry(message) {
         slot.insert(Slot::Seen);
         REMEMBERED.fetch_add(1, Ordering::Relaxed);
     }
+    true
 }
 
 /// Whether any of the library's persistent requests is active (completion calls must look).

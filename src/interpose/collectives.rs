@@ -7,6 +7,7 @@ use commtune_report::Op;
 use rustc_hash::FxHasher;
 
 use super::dispatch;
+use crate::halo;
 use crate::keys::{self, CallKey, Description};
 use crate::mpi::{
     self, Allgatherv, Allreduce, Alltoall, Counts, HandleBits, MPI_Comm, MPI_Count, MPI_Datatype,
@@ -25,6 +26,7 @@ pub extern "C" fn commtune_allreduce(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> c_int {
+    halo::post_deferred();
     let call = Allreduce {
         sendbuf,
         recvbuf,
@@ -79,6 +81,7 @@ pub extern "C" fn commtune_alltoall(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
+    halo::post_deferred();
     let call = Alltoall {
         sendbuf,
         sendcount,
@@ -144,6 +147,7 @@ pub extern "C" fn commtune_allgatherv(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
+    halo::post_deferred();
     let large = large != 0;
     let call = Allgatherv {
         sendbuf,

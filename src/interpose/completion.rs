@@ -75,6 +75,8 @@ fn completion(
     count: c_int,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
+    // The request being completed may be a deferred one.
+    halo::post_deferred();
     if !runtime::enabled() {
         return call().0;
     }
@@ -243,6 +245,7 @@ pub extern "C" fn commtune_testsome(
 /// A freed request is no longer the application's to complete: it leaves the episode.
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
+    halo::post_deferred();
     if runtime::enabled() && !request.is_null() {
         // SAFETY: the application's request variable, as MPI_Request_free requires.
         halo::freeing(unsafe { requests::request_at(request, 0) });

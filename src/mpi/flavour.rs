@@ -1,6 +1,7 @@
 //! Which MPI this library was built for, and the refusal to run inside a program of the other.
 
 use std::ffi::CStr;
+use std::sync::LazyLock;
 
 use super::MPI_Comm;
 
@@ -54,19 +55,39 @@ const _: () = assert!(
      --target-dir target/mpich (see README)"
 );
 
-/// Err(message) when the process has the other flavour's MPI library loaded: this library would
-/// hand that MPI's handles to its own MPI and crash.
-pub fn check_loaded_mpi() -> Result<(), String> {
-    let other = Flavour::BUILT.other();
+fn is_loaded(soname: &CStr) -> bool {
     // SAFETY: RTLD_NOLOAD only queries whether the library is loaded; the handle is released.
-    let loaded = unsafe {
-        let handle = libc::dlopen(other.soname().as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+    unsafe {
+        let handle = libc::dlopen(soname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
         if !handle.is_null() {
             libc::dlclose(handle);
         }
         !handle.is_null()
-    };
-    if loaded {
+    }
+}
+
+/// Whether every MPI call of the application passes through the library's C entry points.
+/// Open MPI's Fortran bindings call PMPI directly, so in a program that loads them most Fortran
+/// MPI calls go unseen; MPICH's bindings call the C MPI_* functions.
+pub fn sees_every_call() -> bool {
+    static SEES: LazyLock<bool> = LazyLock::new(|| match Flavour::BUILT {
+        Flavour::Mpich => true,
+        Flavour::OpenMpi => ![
+            c"libmpi_mpifh.so.40",
+            c"libmpi_usempif08.so.40",
+            c"libmpi_usempi_ignore_tkr.so.40",
+        ]
+        .into_iter()
+        .any(is_loaded),
+    });
+    *SEES
+}
+
+/// Err(message) when the process has the other flavour's MPI library loaded: this library would
+/// hand that MPI's handles to its own MPI and crash.
+pub fn check_loaded_mpi() -> Result<(), String> {
+    let other = Flavour::BUILT.other();
+    if is_loaded(other.soname()) {
         Err(format!(
             "commtune: this libcommtune.so was built for {} but the program uses {} ({}). \
              Preload the {} build instead, or start the job with `commtune run`, which picks it.",

@@ -2,13 +2,14 @@
  * Isend/Irecv completed in one of several ways. Prints a checksum of the final grid (exact bits,
  * gathered and summed in rank order) that must not depend on how commtune posts the messages.
  *
- * usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION [INTERLEAVE]
+ * usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION [INTERLEAVE [ORDER]]
  *   DIMS        2 or 3
  *   N           interior points per rank along each dimension
  *   WIDTH       halo width in cells (the stencil reaches that far)
  *   PERIODIC    1 for a torus, 0 for fixed boundaries (MPI_PROC_NULL neighbours)
  *   COMPLETION  waitall | waits | waitany | testall | testsome | free_sends
  *   INTERLEAVE  none | recv (blocking token ring between posts and completion) | allreduce | both
+ *   ORDER       recvs_first (all Irecvs, then all Isends) | sends_first | mixed (per face)
  *
  * Faces along the last (fastest) dimension are MPI_Type_vector columns; the others are vectors of
  * contiguous rows or planes. Two grids alternate (double buffering), so consecutive exchanges use
@@ -135,27 +136,49 @@ static void complete(const char *how, MPI_Request *requests, int count)
         }
 }
 
-static void exchange(double *grid, const char *how, const char *interleave)
+static void post_recv(double *grid, int d, int upper_face, MPI_Request *request)
+{
+    /* Tag 2d+0 travels towards lower coordinates, 2d+1 towards upper ones. */
+    if (upper_face)
+        MPI_Irecv(grid + face_offset(d, width + n), 1, face[d], upper[d], 2 * d, cart, request);
+    else
+        MPI_Irecv(grid + face_offset(d, 0), 1, face[d], lower[d], 2 * d + 1, cart, request);
+}
+
+static void post_send(double *grid, int d, int upper_face, const char *how, MPI_Request *requests,
+                      int *count)
+{
+    MPI_Request request;
+    if (upper_face)
+        MPI_Isend(grid + face_offset(d, n), 1, face[d], upper[d], 2 * d + 1, cart, &request);
+    else
+        MPI_Isend(grid + face_offset(d, width), 1, face[d], lower[d], 2 * d, cart, &request);
+    if (!strcmp(how, "free_sends"))
+        MPI_Request_free(&request);
+    else
+        requests[(*count)++] = request;
+}
+
+static void exchange(double *grid, const char *how, const char *interleave, const char *order)
 {
     MPI_Request requests[4 * MAX_DIMS];
     int count = 0;
-    for (int d = 0; d < dims; d++) {
-        /* Tag 2d+0 travels towards lower coordinates, 2d+1 towards upper ones. */
-        MPI_Irecv(grid + face_offset(d, 0), 1, face[d], lower[d], 2 * d + 1, cart,
-                  &requests[count++]);
-        MPI_Irecv(grid + face_offset(d, width + n), 1, face[d], upper[d], 2 * d, cart,
-                  &requests[count++]);
-    }
-    for (int d = 0; d < dims; d++) {
-        MPI_Request sends[2];
-        MPI_Isend(grid + face_offset(d, width), 1, face[d], lower[d], 2 * d, cart, &sends[0]);
-        MPI_Isend(grid + face_offset(d, n), 1, face[d], upper[d], 2 * d + 1, cart, &sends[1]);
-        for (int s = 0; s < 2; s++) {
-            if (!strcmp(how, "free_sends"))
-                MPI_Request_free(&sends[s]);
-            else
-                requests[count++] = sends[s];
-        }
+    if (!strcmp(order, "mixed")) {
+        for (int d = 0; d < dims; d++)
+            for (int f = 0; f < 2; f++) {
+                post_recv(grid, d, f, &requests[count++]);
+                post_send(grid, d, f, how, requests, &count);
+            }
+    } else {
+        int sends_first = !strcmp(order, "sends_first");
+        for (int pass = 0; pass < 2; pass++)
+            for (int d = 0; d < dims; d++)
+                for (int f = 0; f < 2; f++) {
+                    if ((pass == 0) == sends_first)
+                        post_send(grid, d, f, how, requests, &count);
+                    else
+                        post_recv(grid, d, f, &requests[count++]);
+                }
     }
     if (!strcmp(interleave, "recv") || !strcmp(interleave, "both"))
         token_ring();
@@ -185,7 +208,8 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     if (argc < 7) {
-        fprintf(stderr, "usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION [INTERLEAVE]\n");
+        fprintf(stderr, "usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION "
+                        "[INTERLEAVE [ORDER]]\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     dims = atoi(argv[1]);
@@ -193,6 +217,7 @@ int main(int argc, char **argv)
     width = atoi(argv[3]);
     int periodic = atoi(argv[4]), iterations = atoi(argv[5]);
     const char *how = argv[6], *interleave = argc > 7 ? argv[7] : "none";
+    const char *order = argc > 8 ? argv[8] : "recvs_first";
     if (dims < 2 || dims > MAX_DIMS || n < width || width < 1) {
         fprintf(stderr, "bad arguments\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -215,7 +240,7 @@ int main(int argc, char **argv)
     initialise(grids[0], coords);
     memcpy(grids[1], grids[0], cells() * sizeof(double));
     for (int it = 0; it < iterations; it++) {
-        exchange(grids[it % 2], how, interleave); /* SITE:stencil_exchange */
+        exchange(grids[it % 2], how, interleave, order); /* SITE:stencil_exchange */
         step(grids[it % 2], grids[(it + 1) % 2]);
     }
 
