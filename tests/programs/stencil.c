@@ -2,7 +2,7 @@
  * Isend/Irecv completed in one of several ways. Prints a checksum of the final grid (exact bits,
  * gathered and summed in rank order) that must not depend on how commtune posts the messages.
  *
- * usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION [INTERLEAVE [ORDER]]
+ * usage: stencil DIMS N WIDTH PERIODIC ITERATIONS COMPLETION [INTERLEAVE [ORDER [STEP]]]
  *   DIMS        2 or 3
  *   N           interior points per rank along each dimension
  *   WIDTH       halo width in cells (the stencil reaches that far)
@@ -10,7 +10,10 @@
  *   COMPLETION  waitall | waits | waitany | testall | testsome | free_sends
  *   INTERLEAVE  none | recv (blocking token ring between posts and completion) | allreduce | both
  *   ORDER       recvs_first (all Irecvs, then all Isends) | sends_first | mixed (per face)
+ *   STEP        compute (default) | none (exchanges only, for scripts/bench-halo)
  *
+ * Also prints exchange_us: the mean time of one exchange over the second half of the iterations
+ * (after any tuning settled), the maximum over ranks.  *
  * Faces along the last (fastest) dimension are MPI_Type_vector columns; the others are vectors of
  * contiguous rows or planes. Two grids alternate (double buffering), so consecutive exchanges use
  * different buffers with the same sizes and peers. */
@@ -218,6 +221,7 @@ int main(int argc, char **argv)
     int periodic = atoi(argv[4]), iterations = atoi(argv[5]);
     const char *how = argv[6], *interleave = argc > 7 ? argv[7] : "none";
     const char *order = argc > 8 ? argv[8] : "recvs_first";
+    int compute = argc > 9 ? strcmp(argv[9], "none") != 0 : 1;
     if (dims < 2 || dims > MAX_DIMS || n < width || width < 1) {
         fprintf(stderr, "bad arguments\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -239,10 +243,19 @@ int main(int argc, char **argv)
     double *grids[2] = {malloc(cells() * sizeof(double)), malloc(cells() * sizeof(double))};
     initialise(grids[0], coords);
     memcpy(grids[1], grids[0], cells() * sizeof(double));
+    double spent = 0.0;
     for (int it = 0; it < iterations; it++) {
+        double start = MPI_Wtime();
         exchange(grids[it % 2], how, interleave, order); /* SITE:stencil_exchange */
-        step(grids[it % 2], grids[(it + 1) % 2]);
+        if (it >= iterations / 2)
+            spent += MPI_Wtime() - start;
+        if (compute)
+            step(grids[it % 2], grids[(it + 1) % 2]);
+        else
+            memcpy(grids[(it + 1) % 2], grids[it % 2], cells() * sizeof(double));
     }
+    double slowest;
+    MPI_Reduce(&spent, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, cart);
 
     double local = 0.0, *all = rank == 0 ? malloc(size * sizeof(double)) : NULL;
     const double *final = grids[iterations % 2];
@@ -255,6 +268,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < size; r++)
             total += all[r];
         printf("checksum %a\n", total);
+        printf("exchange_us %.3f\n", 1e6 * slowest / (iterations - iterations / 2));
         free(all);
     }
     for (int d = 0; d < dims; d++)
