@@ -51,6 +51,7 @@ int commtune_testany(void *ra, int count, MPI_Request *requests, int *index, int
 int commtune_testsome(void *ra, int incount, MPI_Request *requests, int *outcount, int *indices,
                       MPI_Status *statuses);
 int commtune_request_free(void *ra, MPI_Request *request);
+int commtune_request_get_status(MPI_Request request, int *flag, MPI_Status *status);
 
 /* MPI constants that mpi-sys does not provide, exported with this flavour's values. */
 struct commtune_mpi_constants {

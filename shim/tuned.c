@@ -88,6 +88,11 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
 
 int MPI_Request_free(MPI_Request *request) { return commtune_request_free(CALLER, request); }
 
+int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status)
+{
+    return commtune_request_get_status(request, flag, status);
+}
+
 #if MPI_VERSION >= 4
 /* MPI-4 large-count variants (MPICH 4; mpi4py built against MPICH calls only these). */
 int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,

@@ -12,7 +12,7 @@ use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
 use serde_json::Value;
 
 /// The halo codelets (`commtune codelets`), native first.
-const CODELETS: &[&str] = &["native", "persistent", "irecv_first"];
+const CODELETS: &[&str] = &["native", "persistent", "irecv_first", "pack"];
 
 /// Stencil arguments: DIMS N WIDTH PERIODIC ITERATIONS COMPLETION INTERLEAVE ORDER.
 const CASES: &[&str] = &[
@@ -130,11 +130,11 @@ fn tuning_finds_the_known_winner_openmpi_4_ranks() {
     tuned_stencil(
         OpenMpi,
         4,
-        "2 12 1 1 60 waitall none sends_first",
+        "2 12 1 1 100 waitall none sends_first",
         "local",
         &dir,
     );
-    tuned_stencil(OpenMpi, 4, "3 6 1 1 60 testsome recv mixed", "period", &dir);
+    tuned_stencil(OpenMpi, 4, "3 6 1 1 100 testsome recv mixed", "period", &dir);
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn tuning_finds_the_known_winner_mpich_2_ranks() {
     tuned_stencil(
         Mpich,
         2,
-        "2 12 2 1 60 waitany allreduce sends_first",
+        "2 12 2 1 100 waitany allreduce sends_first",
         "local",
         &dir,
     );
@@ -168,6 +168,41 @@ fn tuning_reports_codelets_that_do_not_apply() {
         notes.contains("halo codelet persistent did not apply"),
         "{site:#}"
     );
+}
+
+/// tests/programs/request_semantics.c: short messages, MPI_Request_get_status, MPI_Cancel and
+/// MPI_Request_free behave as the standard says under every halo codelet.
+fn request_semantics(flavour: Flavour) {
+    let dir = scratch(&format!("halo-request-semantics-{}", flavour.name()));
+    let program = compile(flavour, "request_semantics.c", &dir);
+    for &codelet in CODELETS {
+        let job = run(flavour, 2, &program, &dir)
+            .env("COMMTUNE_FORCE", &format!("halo={codelet}"))
+            .go();
+        job.assert_success();
+        assert!(
+            job.stdout().contains("request_semantics: results correct"),
+            "halo={codelet}: {}\n{}",
+            job.stdout(),
+            job.stderr()
+        );
+        let report = job.report();
+        let used: u64 = sites(&report)
+            .iter()
+            .map(|s| codelet_calls(s, codelet))
+            .sum();
+        assert!(used > 0, "halo={codelet} never ran: {report:#}");
+    }
+}
+
+#[test]
+fn requests_behave_as_the_standard_says_openmpi() {
+    request_semantics(OpenMpi);
+}
+
+#[test]
+fn requests_behave_as_the_standard_says_mpich() {
+    request_semantics(Mpich);
 }
 
 /// tests/programs/deferral.c: sends held back by irecv_first while the program blocks in (or

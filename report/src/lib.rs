@@ -82,6 +82,9 @@ pub struct KeyData {
     /// The tuner's state of this key (COMMTUNE_MODE=tune).
     #[serde(default)]
     pub tuning: Option<TuningData>,
+    /// Halo episodes: mean time from one completion of the key to the next (an iteration).
+    #[serde(default)]
+    pub period_ns: Option<u64>,
 }
 
 /// What the tuner did with a key. Decisions are agreed, so this is the same on every rank.
@@ -170,6 +173,10 @@ pub struct SiteReport {
     /// What the tuner did (COMMTUNE_MODE=tune).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<TuningData>,
+    /// Halo episodes: the mean iteration period (from one completion of the episode to the
+    /// next), the slowest rank's; `time` is the episode itself (first post to last completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_us: Option<f64>,
     pub ranks: RankSpread,
 }
 

@@ -134,6 +134,7 @@ fn merge_key(
         codelets,
         notes,
         tuning: keys.iter().find_map(|k| k.tuning.clone()),
+        period_us: keys.iter().filter_map(|k| k.period_ns).max().map(us),
         ranks: RankSpread {
             count: per_rank.len() as u32,
             calls,
@@ -191,6 +192,7 @@ mod tests {
             codelets: [("native".to_string(), calls)].into(),
             notes: Vec::new(),
             tuning: None,
+            period_ns: None,
         }
     }
 

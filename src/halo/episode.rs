@@ -224,6 +224,7 @@ impl Tracker {
         let now = clock::now();
         let elapsed = now.saturating_sub(self.first_post);
         entry.record(elapsed, ran);
+        entry.ended(now);
         if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
             let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
             tuning::completed(entry, expected.then_some(self.codelet), ran, elapsed, now);

@@ -5,6 +5,7 @@
 mod deferred;
 mod episode;
 mod irecv_first;
+mod pack;
 mod persistent;
 mod tuning;
 
@@ -39,10 +40,15 @@ pub const CODELETS: &[HaloCodelet] = &[
         name: "irecv_first",
         requires: irecv_first::REQUIRES,
     },
+    HaloCodelet {
+        name: "pack",
+        requires: pack::REQUIRES,
+    },
 ];
 const NATIVE: usize = 0;
 const PERSISTENT: usize = 1;
 const IRECV_FIRST: usize = 2;
+const PACK: usize = 3;
 
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
@@ -80,6 +86,7 @@ thread_local! {
 
 /// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it.
 pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_int {
+    pack::poll_orphans(false);
     let (rc, used) = match episode::codelet(caller, call) {
         PERSISTENT => match persistent::start(call) {
             Some(ours) => {
@@ -93,6 +100,11 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
             (rc, true) => (rc, IRECV_FIRST),
             (rc, false) => (rc, NATIVE),
         },
+        PACK => match pack::post(call, request) {
+            pack::Posted::Packed(rc) => (rc, PACK),
+            pack::Posted::AsItIs => (call.native(request), PACK),
+            pack::Posted::Refused => (call.native(request), NATIVE),
+        },
         _ => (call.native(request), NATIVE),
     };
     if rc == mpi::SUCCESS {
@@ -105,8 +117,9 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
     rc
 }
 
-/// Runs a completion call over `requests[..count]`: closes the episode it finishes, and hands
-/// the library's persistent requests back to the application as MPI_REQUEST_NULL.
+/// Runs a completion call over `requests[..count]`: closes the episode it finishes, hands the
+/// library's persistent requests back to the application as MPI_REQUEST_NULL, and unpacks
+/// packed receives.
 ///
 /// # Safety
 /// `requests` holds `count` writable handles, and `Completed::Indices` that `call` returns
@@ -117,9 +130,11 @@ pub unsafe fn observe(
     count: usize,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
+    pack::poll_orphans(false);
     let tracking = episode::is_open();
     let ours = persistent::any_started();
-    if !tracking && !ours {
+    let packed = pack::any_in_flight();
+    if !tracking && !ours && !packed {
         return call().0;
     }
     let mut before = BEFORE.take();
@@ -130,11 +145,14 @@ pub unsafe fn observe(
     if tracking {
         episode::completed(caller, &before, &completed);
     }
-    if ours {
+    if ours || packed {
         completed.each(count, |i| {
-            if persistent::completed(before[i]) {
+            if ours && persistent::completed(before[i]) {
                 // SAFETY: `requests` holds `count` writable handles (this function's contract).
                 unsafe { set_request_at(requests, i, mpi::request_null()) };
+            }
+            if packed {
+                pack::completed(before[i]);
             }
         });
     }
@@ -142,12 +160,22 @@ pub unsafe fn observe(
     rc
 }
 
-/// The application is about to free `request` (MPI_Request_free): never start it again.
-pub fn freeing(request: MPI_Request) {
+/// The application frees `request` (MPI_Request_free): true when the library took it over (a
+/// packed message, completed by the library), false when MPI is to free it; a persistent request
+/// of the library's is never started again.
+pub fn freeing(request: MPI_Request) -> bool {
     persistent::freed_by_application(request.bits());
+    pack::adopt(request)
 }
 
-/// MPI_Finalize is near: free the persistent requests nobody holds.
+/// MPI_Request_get_status said `request` is complete.
+pub fn found_complete(request: MPI_Request) {
+    pack::found_complete(request.bits());
+}
+
+/// MPI_Finalize is near: finish the packed messages the application freed, free the persistent
+/// requests nobody holds.
 pub fn finalizing() {
+    pack::poll_orphans(true);
     persistent::release();
 }

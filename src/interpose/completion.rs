@@ -246,11 +246,35 @@ pub extern "C" fn commtune_testsome(
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
     halo::post_deferred();
-    if runtime::enabled() && !request.is_null() {
-        // SAFETY: the application's request variable, as MPI_Request_free requires.
-        halo::freeing(unsafe { requests::request_at(request, 0) });
+    // SAFETY: the application's request variable, as MPI_Request_free requires.
+    if runtime::enabled()
+        && !request.is_null()
+        && halo::freeing(unsafe { requests::request_at(request, 0) })
+    {
+        // The library completes it; to the application it is freed.
+        return completion(ra, request, 1, || {
+            // SAFETY: as above.
+            unsafe { requests::set_request_at(request, 0, mpi::request_null()) };
+            (mpi::SUCCESS, Completed::All)
+        });
     }
     completion(ra, request, 1, || {
         all_or_unknown(requests::request_free(request))
     })
+}
+
+/// MPI_Request_get_status: a packed receive it finds complete is unpacked first.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    halo::post_deferred();
+    let rc = requests::request_get_status(request, flag, status);
+    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
+    if rc == mpi::SUCCESS && runtime::enabled() && unsafe { read_int(flag) } != 0 {
+        halo::found_complete(request);
+    }
+    rc
 }

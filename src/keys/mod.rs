@@ -110,6 +110,11 @@ struct Stats {
     timed: [u64; MAX_CODELETS],
     ticks: [u64; MAX_CODELETS],
     notes: Vec<String>,
+    /// Clock ticks at the key's latest end, and the intervals between consecutive ends (halo
+    /// episodes: the application's iteration, the `period` view).
+    last_end: u64,
+    period_ticks: u64,
+    periods: u64,
 }
 
 /// Durations up to hours of clock ticks at 2 significant digits (about 12 KiB per key).
@@ -128,6 +133,16 @@ impl Entry {
         s.histogram.saturating_record(ticks.max(1));
         s.timed[codelet] += 1;
         s.ticks[codelet] += ticks;
+    }
+
+    /// The key's instance ended at clock `now`: one more period since the previous end.
+    pub fn ended(&self, now: u64) {
+        let Ok(mut s) = self.stats.lock() else { return };
+        if s.last_end != 0 {
+            s.period_ticks += now.saturating_sub(s.last_end);
+            s.periods += 1;
+        }
+        s.last_end = now;
     }
 
     /// Adds one call of codelet `codelet` without timing it. Only for a key that one thread at
@@ -208,6 +223,7 @@ impl Entry {
                 .map(|(name, n)| (name.to_string(), *n))
                 .collect(),
             notes: s.notes.clone(),
+            period_ns: (s.periods > 0).then(|| ns(s.period_ticks as f64 / s.periods as f64)),
             tuning: self.tuning(&names, ns_per_tick),
         }
     }
@@ -343,6 +359,9 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             timed: [0; MAX_CODELETS],
             ticks: [0; MAX_CODELETS],
             notes: Vec::new(),
+            last_end: 0,
+            period_ticks: 0,
+            periods: 0,
         }),
     }))
 }

@@ -55,6 +55,11 @@ impl Layout {
         })
     }
 
+    /// Whether `count` elements are one block of `count * size` bytes from the buffer address.
+    pub fn is_contiguous(&self) -> bool {
+        self.size == self.extent && self.true_lb == 0 && self.true_extent == self.size
+    }
+
     /// Bytes a scratch buffer needs to hold `count` elements.
     pub fn span(&self, count: i64) -> i64 {
         if count <= 0 {
@@ -74,6 +79,11 @@ pub struct Buf {
     /// The datatype's extent: element `i` starts `i * extent` bytes after `ptr`.
     pub extent: i64,
 }
+
+// SAFETY: a Buf names memory the application handed to an MPI call; the library reads or writes
+// it only within that call's contract (until its request completes), from whichever thread
+// completes it, as MPI itself would.
+unsafe impl Send for Buf {}
 
 impl Buf {
     pub fn new(ptr: *mut c_void, count: i64, datatype: MPI_Datatype) -> MpiResult<Buf> {
@@ -198,8 +208,7 @@ pub fn unpack(input: &[u8], dst: &Buf) -> MpiResult {
 pub fn copy(src: &Buf, dst: &Buf) -> MpiResult {
     if src.datatype.bits() == dst.datatype.bits() && src.count == dst.count {
         let layout = Layout::of(src.datatype)?;
-        if layout.size == layout.extent && layout.true_lb == 0 && layout.true_extent == layout.size
-        {
+        if layout.is_contiguous() {
             let bytes = usize::try_from(src.count * layout.size).unwrap_or(0);
             // SAFETY: both buffers hold `count` gap-free elements of this datatype (the
             // application's or a scratch buffer); MPI forbids a call's send and receive buffers

@@ -53,6 +53,42 @@ impl Persistent {
     }
 }
 
+/// A request the application gave up (MPI_Request_free) that the library completes itself.
+pub struct Pending(MPI_Request);
+
+// SAFETY: as for `Persistent`.
+unsafe impl Send for Pending {}
+
+impl Pending {
+    pub fn new(request: MPI_Request) -> Pending {
+        Pending(request)
+    }
+
+    /// Whether it has completed: tests it, or with `wait` waits for it.
+    pub fn done(&mut self, wait: bool) -> bool {
+        let mut flag = 0;
+        // SAFETY: an active request of ours; MPI sets it to MPI_REQUEST_NULL when it completes.
+        let rc = unsafe {
+            if wait {
+                flag = 1;
+                ffi::PMPI_Wait(&mut self.0, ffi::RSMPI_STATUS_IGNORE)
+            } else {
+                ffi::PMPI_Test(&mut self.0, &mut flag, ffi::RSMPI_STATUS_IGNORE)
+            }
+        };
+        rc != super::SUCCESS || flag != 0
+    }
+}
+
+pub fn request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Request_get_status(request, flag, status) }
+}
+
 /// Entry `i` of an index array MPI has just filled (Waitsome/Testsome).
 ///
 /// # Safety

@@ -1,0 +1,170 @@
+//! The `pack` halo codelet: a message of a non-contiguous datatype travels as MPI_PACKED bytes.
+//! A send is packed into a buffer of the library's and posted from there; a receive lands in one
+//! and is unpacked into the application's buffer when a completion call (or
+//! MPI_Request_get_status) reports it complete. Contiguous messages are posted as they are.
+//!
+//! A receive's buffer first gets the application's current data (packed), so that a shorter
+//! message leaves the rest of the application's buffer unchanged, as MPI would, and a cancelled
+//! receive unpacks what was there. The application's request is the real one; when the
+//! application frees it (MPI_Request_free), the library keeps it until it completes, polling
+//! at later calls and waiting at MPI_Finalize.
+//!
+//! Requirements: an int count; every MPI call of the program visible (Open MPI's Fortran
+//! bindings call PMPI directly: MPI_Request_get_status would report a receive complete before
+//! it is unpacked).
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use rustc_hash::FxBuildHasher;
+
+use crate::mpi::datatype::{Buf, Layout, pack, pack_size, unpack};
+use crate::mpi::requests::Pending;
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
+
+pub const REQUIRES: &[&str] = &[
+    "a non-contiguous datatype (contiguous messages are posted as they are)",
+    "an int count",
+    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
+];
+
+/// How `post` dealt with a message.
+pub enum Posted {
+    /// Packed and posted, with MPI's return code.
+    Packed(c_int),
+    /// Contiguous: nothing to pack, to be posted as it is.
+    AsItIs,
+    /// The codelet cannot post it (requirements): post natively.
+    Refused,
+}
+
+struct Packed {
+    bytes: Vec<u8>,
+    /// The application's receive buffer, until unpacked.
+    into: Option<Buf>,
+}
+
+#[derive(Default)]
+struct State {
+    /// By request handle bits.
+    active: HashMap<usize, Packed, FxBuildHasher>,
+    /// Requests the application freed before they completed.
+    orphans: Vec<(Pending, Packed)>,
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
+/// Requests in `active` or `orphans`: completion calls only look when this is nonzero.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> Posted {
+    let Ok(layout) = Layout::of(call.datatype) else {
+        return Posted::Refused;
+    };
+    if layout.is_contiguous() {
+        return Posted::AsItIs;
+    }
+    if !mpi::sees_every_call() {
+        return Posted::Refused;
+    }
+    let Some((mut bytes, used, app)) = packed_copy(call) else {
+        return Posted::Refused;
+    };
+    let receive = call.kind == PointToPointKind::Recv;
+    let wire = PointToPoint {
+        buf: bytes.as_mut_ptr().cast(),
+        count: if receive { bytes.len() } else { used } as i64,
+        datatype: mpi::constants().packed,
+        ..*call
+    };
+    let rc = wire.native(request);
+    if rc == mpi::SUCCESS {
+        // SAFETY: MPI has just written the new request into the application's variable.
+        let handle = unsafe { mpi::requests::request_at(request, 0) };
+        let entry = Packed {
+            bytes,
+            into: receive.then_some(app),
+        };
+        state().active.insert(handle.bits(), entry);
+        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+    }
+    Posted::Packed(rc)
+}
+
+/// The message's data packed (for a receive: the application's buffer as it is now), with the
+/// bytes used and the application's buffer.
+fn packed_copy(call: &PointToPoint) -> Option<(Vec<u8>, usize, Buf)> {
+    let app = Buf::new(call.buf, call.count, call.datatype).ok()?;
+    let mut bytes = vec![0u8; pack_size(call.count, call.datatype).ok()?];
+    let used = pack(&app, &mut bytes).ok()?;
+    Some((bytes, used, app))
+}
+
+/// Whether any packed message is in flight (completion calls must look).
+pub fn any_in_flight() -> bool {
+    IN_FLIGHT.load(Ordering::Relaxed) > 0
+}
+
+/// The request that was `request` completed: unpacks a receive and releases the buffer.
+pub fn completed(request: usize) {
+    let done = state().active.remove(&request);
+    if let Some(done) = done {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+        finish(done);
+    }
+}
+
+/// MPI_Request_get_status found `request` complete: the application may read its buffer now.
+pub fn found_complete(request: usize) {
+    let mut state = state();
+    if let Some(p) = state.active.get_mut(&request)
+        && let Some(into) = p.into.take()
+    {
+        let _ = unpack(&p.bytes, &into);
+    }
+}
+
+fn finish(done: Packed) {
+    if let Some(into) = done.into {
+        // MPI checked the same message against the same buffer when the receive was posted.
+        let _ = unpack(&done.bytes, &into);
+    }
+}
+
+/// The application frees `request` (MPI_Request_free): true when it is a packed message, which
+/// the library then keeps (the handle becomes MPI_REQUEST_NULL) until it completes.
+pub fn adopt(request: MPI_Request) -> bool {
+    let mut state = state();
+    let Some(packed) = state.active.remove(&request.bits()) else {
+        return false;
+    };
+    state.orphans.push((Pending::new(request), packed));
+    true
+}
+
+/// Finishes the freed requests that have completed (`wait`: all of them, at MPI_Finalize).
+pub fn poll_orphans(wait: bool) {
+    if !any_in_flight() {
+        return;
+    }
+    let finished: Vec<Packed> = {
+        let mut state = state();
+        let mut finished = Vec::new();
+        let mut i = 0;
+        while i < state.orphans.len() {
+            if state.orphans[i].0.done(wait) {
+                finished.push(state.orphans.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        finished
+    };
+    IN_FLIGHT.fetch_sub(finished.len(), Ordering::Relaxed);
+    finished.into_iter().for_each(finish);
+}
