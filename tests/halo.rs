@@ -134,7 +134,13 @@ fn tuning_finds_the_known_winner_openmpi_4_ranks() {
         "local",
         &dir,
     );
-    tuned_stencil(OpenMpi, 4, "3 6 1 1 100 testsome recv mixed", "period", &dir);
+    tuned_stencil(
+        OpenMpi,
+        4,
+        "3 6 1 1 100 testsome recv mixed",
+        "period",
+        &dir,
+    );
 }
 
 #[test]

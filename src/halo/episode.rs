@@ -268,8 +268,11 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
     if ops.len() > 8 {
         let _ = write!(signature, " ... ({} more)", ops.len() - 8);
     }
+    let merge_key = format!("episode {ordinal}");
     Description {
-        merge_key: format!("episode {ordinal}"),
+        // Halo episodes are tuned per rank: nothing to agree on.
+        agree: merge_key.clone(),
+        merge_key,
         signature,
         bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
         tunable: true,

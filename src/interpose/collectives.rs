@@ -52,14 +52,19 @@ pub extern "C" fn commtune_allreduce(
         ],
     };
     let entry = keys::entry(key, |_| {
+        let size = mpi::comm_size(comm);
+        let in_place = if in_place { " in_place" } else { "" };
         let signature = format!(
-            "count={count} datatype={} op={} comm_size={}{}",
+            "count={count} datatype={} op={} comm_size={size}{in_place}",
             mpi::type_name(datatype),
             mpi::op_name(op),
-            mpi::comm_size(comm),
-            if in_place { " in_place" } else { "" }
         );
         Description {
+            agree: format!(
+                "bytes={} op={} comm_size={size}{in_place}",
+                call.bytes(),
+                mpi::op_name(op)
+            ),
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(),
@@ -125,6 +130,10 @@ pub extern "C" fn commtune_alltoall(
             mpi::type_name(recvtype)
         );
         Description {
+            agree: format!(
+                "block_bytes={} comm_size={size}",
+                recvcount * mpi::type_size(recvtype)
+            ),
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(i64::from(size)),
@@ -208,7 +217,12 @@ pub extern "C" fn commtune_allgatherv(
                 mpi::type_name(sendtype)
             )
         };
+        let bytes: Vec<i64> = counts
+            .iter()
+            .map(|c| c * mpi::type_size(recvtype))
+            .collect();
         Description {
+            agree: format!("recvbytes={} comm_size={size}", summarize_counts(&bytes)),
             signature: format!("{send} {merge_key}"),
             merge_key,
             bytes_per_call: call.bytes(size),

@@ -61,6 +61,10 @@ impl Hash for CallKey {
 pub struct Description {
     /// Identifies the key across ranks together with the site (see `KeyData::merge_key`).
     pub merge_key: String,
+    /// What the tuner's ranks agree on: what the MPI standard makes identical on every rank at
+    /// the same instance of a communicator's collectives (operation, bytes, reduction, size),
+    /// never the call site or datatype handles, which may differ from rank to rank.
+    pub agree: String,
     pub signature: String,
     pub bytes_per_call: u64,
     /// False for the key that gathers a site's signatures beyond `MAX_SIGNATURES`.
@@ -89,7 +93,8 @@ pub struct Entry {
     pub op: Op,
     pub site: SiteData,
     pub description: Description,
-    /// Identifies the key across ranks (site, operation, signature): what checkpoints compare.
+    /// Identifies the key across ranks (operation, `Description::agree`): what checkpoints
+    /// compare. Keys of several sites may share it, and with it their tuner.
     pub agree_hash: u64,
     pub tuner: tuner::TunerLink,
     /// Calls per codelet (registry index), counted without a lock.
@@ -313,6 +318,7 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
                 key,
                 Description {
                     merge_key: "other signatures".into(),
+                    agree: "other signatures".into(),
                     signature: format!(
                         "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
                     ),
@@ -344,7 +350,7 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             description.signature
         );
     }
-    let agree_hash = FxBuildHasher.hash_one((site.id, key.op, &description.merge_key));
+    let agree_hash = FxBuildHasher.hash_one((key.op, &description.agree));
     Box::leak(Box::new(Entry {
         op: key.op,
         site,
