@@ -61,6 +61,14 @@ fn stencil(flavour: Flavour, np: usize, cases: &[&str], dir: &Path) {
             );
             let report = job.report();
             let site = halo_site(&report);
+            if case.ends_with("recvs_first") {
+                assert!(
+                    site["notes"].to_string().contains(
+                        "halo codelet irecv_first changes nothing: the receives already come first"
+                    ),
+                    "the report says why irecv_first cannot help: {site:#}"
+                );
+            }
             // Sends freed by the application make every episode mixed (they are new messages
             // each time), and non-periodic runs on few ranks may have only MPI_PROC_NULL peers.
             if codelet != "native" && !case.contains("free_sends") && args[3] == "1" {

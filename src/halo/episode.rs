@@ -21,6 +21,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 use super::{Completed, tuning};
 use crate::config::Mode;
 use crate::keys::{self, CallKey, Description, Entry};
+use crate::mpi::datatype::Layout;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 use crate::site::SiteRef;
 use crate::{clock, runtime};
@@ -208,6 +209,9 @@ impl Tracker {
         };
         let ops = &self.ops;
         let entry = keys::entry(key, |site| describe(site, ops));
+        if entry.calls() == 0 {
+            limits(ops).into_iter().for_each(|note| entry.note(note));
+        }
         // An episode whose messages were not all posted by one codelet counts as native;
         // messages to MPI_PROC_NULL carry nothing and do not count.
         let mut real = ops.iter().filter(|o| o.peer != mpi::proc_null());
@@ -237,6 +241,38 @@ impl Tracker {
         });
         self.reset();
     }
+}
+
+/// What keeps halo codelets from changing an episode, for the report.
+fn limits(ops: &[Posted]) -> Vec<String> {
+    let real: Vec<&Posted> = ops.iter().filter(|o| o.peer != mpi::proc_null()).collect();
+    if real.is_empty() {
+        return vec!["every message goes to MPI_PROC_NULL: no halo codelet changes it".into()];
+    }
+    let mut notes = Vec::new();
+    if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
+        notes.push("halo codelet persistent: counts beyond an int are posted natively".into());
+    }
+    let hidden = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
+    let first_send = ops.iter().position(|o| o.kind == PointToPointKind::Send);
+    let last_recv = ops.iter().rposition(|o| o.kind == PointToPointKind::Recv);
+    let irecv_first = match (first_send, last_recv) {
+        _ if !mpi::sees_every_call() => Some(hidden),
+        (None, _) => Some("no sends to hold back"),
+        (_, None) => Some("no receives to post first"),
+        (Some(send), Some(recv)) if recv < send => Some("the receives already come first"),
+        _ => None,
+    };
+    if let Some(why) = irecv_first {
+        notes.push(format!("halo codelet irecv_first changes nothing: {why}"));
+    }
+    let contiguous = |o: &&Posted| Layout::of(o.datatype).is_ok_and(|l| l.is_contiguous());
+    if real.iter().all(contiguous) {
+        notes.push("halo codelet pack: every datatype is contiguous (nothing to pack)".into());
+    } else if !mpi::sees_every_call() {
+        notes.push(format!("halo codelet pack does not apply: {hidden}"));
+    }
+    notes
 }
 
 /// The report's description of an episode: its messages in posting order.

@@ -20,7 +20,7 @@ use super::CODELETS;
 use crate::codelets::Partners;
 use crate::keys::Entry;
 use crate::runtime;
-use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate};
+use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate, samples_of};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -106,7 +106,7 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     match sample {
         Some(ticks) if last_of_codelet => {
             search.misses = 0;
-            search.samples_of(chosen).push(ticks as f64);
+            samples_of(&mut search.samples, chosen).push(ticks as f64);
             search.step += 1;
         }
         // The first run of a pair (period timing); the second then measures a whole period.
@@ -157,17 +157,6 @@ impl Search {
             .candidates
             .get(self.step / repeat())
             .map(|c| c.index)
-    }
-
-    fn samples_of(&mut self, codelet: usize) -> &mut Vec<f64> {
-        let at = match self.samples.iter().position(|(c, _)| *c == codelet) {
-            Some(at) => at,
-            None => {
-                self.samples.push((codelet, Vec::new()));
-                self.samples.len() - 1
-            }
-        };
-        &mut self.samples[at].1
     }
 
     /// The codelet being tried cannot run this episode: it leaves the race (native never does:

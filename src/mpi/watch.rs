@@ -108,55 +108,47 @@ type CommDeleteFn = extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> 
 
 /// The communicator keyval in `slot`, created on first use with `on_delete` as its callback.
 pub(super) fn comm_keyval(slot: &OnceLock<c_int>, on_delete: CommDeleteFn) -> MpiResult<c_int> {
+    keyval(slot, |keyval| {
+        // SAFETY: registers two callbacks with the signatures MPI expects; writes one int.
+        unsafe {
+            ffi::PMPI_Comm_create_keyval(
+                Some(not_copied::<MPI_Comm>),
+                Some(on_delete),
+                keyval,
+                std::ptr::null_mut(),
+            )
+        }
+    })
+}
+
+fn datatype_keyval() -> MpiResult<c_int> {
+    keyval(&DATATYPE_KEYVAL, |keyval| {
+        // SAFETY: registers two callbacks with the signatures MPI expects; writes one int.
+        unsafe {
+            ffi::PMPI_Type_create_keyval(
+                Some(not_copied::<MPI_Datatype>),
+                Some(datatype_freed),
+                keyval,
+                std::ptr::null_mut(),
+            )
+        }
+    })
+}
+
+/// The keyval in `slot`, made by `create` on first use.
+fn keyval(slot: &OnceLock<c_int>, create: impl FnOnce(&mut c_int) -> c_int) -> MpiResult<c_int> {
     if let Some(&k) = slot.get() {
         return Ok(k);
     }
     let mut keyval = 0;
-    // SAFETY: registers two callbacks with the signatures MPI expects; writes one int.
-    check(unsafe {
-        ffi::PMPI_Comm_create_keyval(
-            Some(comm_not_copied),
-            Some(on_delete),
-            &mut keyval,
-            std::ptr::null_mut(),
-        )
-    })?;
+    check(create(&mut keyval))?;
     Ok(*slot.get_or_init(|| keyval))
 }
 
-fn datatype_keyval() -> MpiResult<c_int> {
-    if let Some(&k) = DATATYPE_KEYVAL.get() {
-        return Ok(k);
-    }
-    let mut keyval = 0;
-    // SAFETY: registers two callbacks with the signatures MPI expects; writes one int.
-    check(unsafe {
-        ffi::PMPI_Type_create_keyval(
-            Some(datatype_not_copied),
-            Some(datatype_freed),
-            &mut keyval,
-            std::ptr::null_mut(),
-        )
-    })?;
-    Ok(*DATATYPE_KEYVAL.get_or_init(|| keyval))
-}
-
-/// A duplicate of a watched object is a new object, watched when it is first used.
-extern "C" fn comm_not_copied(
-    _old: MPI_Comm,
-    _keyval: c_int,
-    _extra: *mut c_void,
-    _value_in: *mut c_void,
-    _value_out: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    // SAFETY: MPI passes a valid flag pointer to copy callbacks.
-    unsafe { *flag = 0 };
-    SUCCESS
-}
-
-extern "C" fn datatype_not_copied(
-    _old: MPI_Datatype,
+/// A duplicate of a watched object (communicator or datatype handle `H`) is a new object,
+/// watched when it is first used.
+extern "C" fn not_copied<H>(
+    _old: H,
     _keyval: c_int,
     _extra: *mut c_void,
     _value_in: *mut c_void,

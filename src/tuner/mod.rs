@@ -28,11 +28,11 @@ use std::sync::atomic::Ordering;
 
 pub use self::policy::{Agreed, Candidate, Next, Plan, Search};
 use self::state::KeyTuner;
-pub use self::state::TunerLink;
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget, lock,
 };
+pub use self::state::{TunerLink, samples_of};
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
 use crate::keys::Entry;

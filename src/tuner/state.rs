@@ -323,16 +323,21 @@ pub struct SearchState {
     pub pending: Option<(u64, usize, bool)>,
 }
 
+/// The samples of `codelet` in a search's per-codelet samples, added if it has none yet.
+pub fn samples_of(samples: &mut Vec<(usize, Vec<f64>)>, codelet: usize) -> &mut Vec<f64> {
+    let at = match samples.iter().position(|(i, _)| *i == codelet) {
+        Some(at) => at,
+        None => {
+            samples.push((codelet, Vec::new()));
+            samples.len() - 1
+        }
+    };
+    &mut samples[at].1
+}
+
 impl SearchState {
     pub fn samples_of(&mut self, codelet: usize) -> &mut Vec<f64> {
-        let at = match self.samples.iter().position(|(i, _)| *i == codelet) {
-            Some(at) => at,
-            None => {
-                self.samples.push((codelet, Vec::new()));
-                self.samples.len() - 1
-            }
-        };
-        &mut self.samples[at].1
+        samples_of(&mut self.samples, codelet)
     }
 
     pub fn add_spent(&mut self, codelet: usize, ticks: u64) {
