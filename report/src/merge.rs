@@ -88,6 +88,11 @@ fn merge_key(
             *codelets.entry(name.clone()).or_default() += n;
         }
     }
+    if first.op == Op::Halo
+        && let Some(note) = halo_winners(&keys)
+    {
+        notes.push(note);
+    }
     let range = |f: &dyn Fn(&PerRank) -> u64| Range {
         min: per_rank.values().map(f).min().unwrap_or(0),
         max: per_rank.values().map(f).max().unwrap_or(0),
@@ -147,6 +152,23 @@ fn merge_key(
     }
 }
 
+/// Halo episodes are tuned per rank: which codelet each rank kept, when they differ.
+fn halo_winners(keys: &[&KeyData]) -> Option<String> {
+    let mut winners: BTreeMap<&str, u32> = BTreeMap::new();
+    for key in keys {
+        if let Some(winner) = key.tuning.as_ref().and_then(|t| t.winner.as_deref()) {
+            *winners.entry(winner).or_default() += 1;
+        }
+    }
+    (winners.len() > 1).then(|| {
+        let each: Vec<String> = winners
+            .iter()
+            .map(|(name, ranks)| format!("{name} on {ranks}"))
+            .collect();
+        format!("ranks kept different halo codelets: {}", each.join(", "))
+    })
+}
+
 /// The smallest bucket value with at least `q` of the samples at or below it.
 fn quantile(histogram: &BTreeMap<u64, u64>, q: f64) -> u64 {
     let total: u64 = histogram.values().sum();
@@ -167,6 +189,7 @@ fn quantile(histogram: &BTreeMap<u64, u64>, q: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TuningData;
 
     fn site(id: u64) -> SiteData {
         SiteData {
@@ -215,6 +238,47 @@ mod tests {
         assert_eq!(site.calls, 200, "calls per rank");
         assert_eq!(site.ranks.count, 2);
         assert_eq!(site.ranks.calls, Range { min: 200, max: 200 });
+    }
+
+    #[test]
+    fn a_halo_site_says_when_ranks_kept_different_codelets() {
+        let tuned = |winner: &str| {
+            let mut k = key(1, Op::Halo, 10, 100, vec![(10, 10)]);
+            k.tuning = Some(TuningData {
+                phase: "production".into(),
+                reason: None,
+                winner: Some(winner.into()),
+                search_instances: 8,
+                searches: 1,
+                rounds: 4,
+                codelets: Vec::new(),
+                saved_s: 0.0,
+            });
+            k
+        };
+        let ranks: Vec<RankData> = ["native", "persistent", "native"]
+            .into_iter()
+            .enumerate()
+            .map(|(rank, winner)| RankData {
+                rank: rank as u32,
+                run_ns: 1000,
+                keys: vec![tuned(winner)],
+            })
+            .collect();
+        let report = merge(&ranks, "Test MPI", 3, |_| Location::default());
+        assert_eq!(
+            report.sites[0].notes,
+            ["ranks kept different halo codelets: native on 2, persistent on 1"]
+        );
+        let same: Vec<RankData> = (0..2)
+            .map(|rank| RankData {
+                rank,
+                run_ns: 1000,
+                keys: vec![tuned("native")],
+            })
+            .collect();
+        let report = merge(&same, "Test MPI", 2, |_| Location::default());
+        assert!(report.sites[0].notes.is_empty());
     }
 
     #[test]
