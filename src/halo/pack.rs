@@ -57,6 +57,8 @@ struct State {
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
 /// Requests in `active` or `orphans`: completion calls only look when this is nonzero.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Requests in `orphans`: later calls only poll when this is nonzero.
+static ORPHANS: AtomicUsize = AtomicUsize::new(0);
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
@@ -144,12 +146,13 @@ pub fn adopt(request: MPI_Request) -> bool {
         return false;
     };
     state.orphans.push((Pending::new(request), packed));
+    ORPHANS.fetch_add(1, Ordering::Relaxed);
     true
 }
 
 /// Finishes the freed requests that have completed (`wait`: all of them, at MPI_Finalize).
 pub fn poll_orphans(wait: bool) {
-    if !any_in_flight() {
+    if ORPHANS.load(Ordering::Relaxed) == 0 {
         return;
     }
     let finished: Vec<Packed> = {
@@ -166,5 +169,6 @@ pub fn poll_orphans(wait: bool) {
         finished
     };
     IN_FLIGHT.fetch_sub(finished.len(), Ordering::Relaxed);
+    ORPHANS.fetch_sub(finished.len(), Ordering::Relaxed);
     finished.into_iter().for_each(finish);
 }
