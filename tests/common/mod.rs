@@ -51,7 +51,7 @@ impl Flavour {
         path
     }
 
-    fn cc(self) -> &'static str {
+    pub fn cc(self) -> &'static str {
         match self {
             OpenMpi => "mpicc.openmpi",
             Mpich => "mpicc.mpich",
