@@ -39,7 +39,6 @@ struct Posted {
     count: i64,
     datatype: mpi::MPI_Datatype,
     comm: usize,
-    bytes: u64,
     /// The halo codelet that posted it.
     codelet: usize,
 }
@@ -136,12 +135,6 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
             count: call.count,
             datatype: call.datatype,
             comm: call.comm.bits(),
-            // A message to or from MPI_PROC_NULL carries nothing.
-            bytes: if call.peer == mpi::proc_null() {
-                0
-            } else {
-                call.bytes()
-            },
             codelet,
         });
         t.open += 1;
@@ -227,8 +220,7 @@ impl Tracker {
         }
         let now = clock::now();
         let elapsed = now.saturating_sub(self.first_post);
-        entry.record(elapsed, ran);
-        entry.ended(now);
+        entry.record_ending(elapsed, ran, now);
         if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
             let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
             tuning::completed(entry, expected.then_some(self.codelet), ran, elapsed, now);
@@ -310,7 +302,12 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         agree: merge_key.clone(),
         merge_key,
         signature,
-        bytes_per_call: ops.iter().map(|o| o.bytes).sum(),
+        // A message to or from MPI_PROC_NULL carries nothing.
+        bytes_per_call: ops
+            .iter()
+            .filter(|o| o.peer != mpi::proc_null())
+            .map(|o| (o.count * mpi::type_size(o.datatype)).max(0) as u64)
+            .sum(),
         tunable: true,
     }
 }

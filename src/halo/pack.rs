@@ -92,8 +92,15 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> Posted {
             bytes,
             into: receive.then_some(app),
         };
-        state().active.insert(handle.bits(), entry);
-        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        // MPI may hand out one handle for several requests that completed at once (Open MPI's
+        // sends to itself): the entry it replaces is complete.
+        let replaced = state().active.insert(handle.bits(), entry);
+        match replaced {
+            Some(done) => finish(done),
+            None => {
+                IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
     Posted::Packed(rc)
 }

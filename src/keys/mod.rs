@@ -131,6 +131,22 @@ impl Entry {
     /// Adds one call that took `ticks` and ran codelet `codelet` (registry index).
     pub fn record(&self, ticks: u64, codelet: usize) {
         let Ok(mut s) = self.stats.lock() else { return };
+        self.add(&mut s, ticks, codelet);
+    }
+
+    /// As `record`, for a key whose instance ended at clock `now`: one more period since the
+    /// previous end (halo episodes).
+    pub fn record_ending(&self, ticks: u64, codelet: usize, now: u64) {
+        let Ok(mut s) = self.stats.lock() else { return };
+        self.add(&mut s, ticks, codelet);
+        if s.last_end != 0 {
+            s.period_ticks += now.saturating_sub(s.last_end);
+            s.periods += 1;
+        }
+        s.last_end = now;
+    }
+
+    fn add(&self, s: &mut Stats, ticks: u64, codelet: usize) {
         // Under the lock, or from the one thread of a collective's key: no locked increment.
         self.count(codelet);
         s.min = s.min.min(ticks);
@@ -138,16 +154,6 @@ impl Entry {
         s.histogram.saturating_record(ticks.max(1));
         s.timed[codelet] += 1;
         s.ticks[codelet] += ticks;
-    }
-
-    /// The key's instance ended at clock `now`: one more period since the previous end.
-    pub fn ended(&self, now: u64) {
-        let Ok(mut s) = self.stats.lock() else { return };
-        if s.last_end != 0 {
-            s.period_ticks += now.saturating_sub(s.last_end);
-            s.periods += 1;
-        }
-        s.last_end = now;
     }
 
     /// Adds one call of codelet `codelet` without timing it. Only for a key that one thread at

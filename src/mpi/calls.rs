@@ -271,10 +271,6 @@ impl PointToPoint {
         })?;
         Ok(Persistent(request))
     }
-
-    pub fn bytes(&self) -> u64 {
-        (self.count * type_size(self.datatype)).max(0) as u64
-    }
 }
 
 /// The MPI-4 large-count PMPI calls. Only MPI-4 libraries (MPICH here) have them, and only there
