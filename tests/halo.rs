@@ -184,29 +184,38 @@ fn tuning_reports_codelets_that_do_not_apply() {
     );
 }
 
-/// tests/programs/request_semantics.c: short messages, MPI_Request_get_status, MPI_Cancel and
-/// MPI_Request_free behave as the standard says under every halo codelet.
-fn request_semantics(flavour: Flavour) {
-    let dir = scratch(&format!("halo-request-semantics-{}", flavour.name()));
-    let program = compile(flavour, "request_semantics.c", &dir);
+/// Runs `source` on 2 ranks under every forced halo codelet: the program prints `correct` after
+/// its own checks, and the codelet ran at the sites of line `line` (any site when None).
+fn under_every_codelet(flavour: Flavour, source: &str, correct: &str, line: Option<u64>) {
+    let stem = source.trim_end_matches(".c");
+    let dir = scratch(&format!("halo-{stem}-{}", flavour.name()));
+    let program = compile(flavour, source, &dir);
     for &codelet in CODELETS {
         let job = run(flavour, 2, &program, &dir)
             .env("COMMTUNE_FORCE", &format!("halo={codelet}"))
             .go();
         job.assert_success();
         assert!(
-            job.stdout().contains("request_semantics: results correct"),
-            "halo={codelet}: {}\n{}",
+            job.stdout().contains(correct),
+            "{source} under halo={codelet}: {}\n{}",
             job.stdout(),
             job.stderr()
         );
         let report = job.report();
         let used: u64 = sites(&report)
             .iter()
+            .filter(|s| line.is_none_or(|l| s["line"].as_u64() == Some(l)))
             .map(|s| codelet_calls(s, codelet))
             .sum();
         assert!(used > 0, "halo={codelet} never ran: {report:#}");
     }
+}
+
+/// tests/programs/request_semantics.c: short messages, MPI_Request_get_status, MPI_Cancel and
+/// MPI_Request_free behave as the standard says under every halo codelet.
+fn request_semantics(flavour: Flavour) {
+    let correct = "request_semantics: results correct";
+    under_every_codelet(flavour, "request_semantics.c", correct, None);
 }
 
 #[test]
@@ -220,34 +229,17 @@ fn requests_behave_as_the_standard_says_mpich() {
 }
 
 /// tests/programs/deferral.c: sends held back by irecv_first while the program blocks in (or
-/// polls) calls that need them; it deadlocks unless every MPI call posts them first.
+/// polls) calls that need them; it deadlocks unless every MPI call posts them first. The Waitall
+/// closes [Isend, Irecv] episodes, or [Irecv] ones where the send completed earlier (MPI_Test
+/// polling): two keys at one line.
 fn deferral(flavour: Flavour) {
-    let dir = scratch(&format!("halo-deferral-{}", flavour.name()));
-    let program = compile(flavour, "deferral.c", &dir);
-    for &codelet in CODELETS {
-        let job = run(flavour, 2, &program, &dir)
-            .env(
-                "COMMTUNE_FORCE",
-                &format!("halo=irecv_first,halo={codelet}"),
-            )
-            .go();
-        job.assert_success();
-        assert!(
-            job.stdout().contains("deferral: results correct"),
-            "halo={codelet}: {}",
-            job.stdout()
-        );
-        // The Waitall closes [Isend, Irecv] episodes, or [Irecv] ones where the send completed
-        // earlier (MPI_Test polling): two keys at one line.
-        let line = common::marker_line("deferral.c", "SITE:deferral_waitall");
-        let report = job.report();
-        let calls: u64 = sites(&report)
-            .iter()
-            .filter(|s| s["line"].as_u64() == Some(line))
-            .map(|s| codelet_calls(s, codelet))
-            .sum();
-        assert!(calls > 0, "halo={codelet}: {report:#}");
-    }
+    let line = common::marker_line("deferral.c", "SITE:deferral_waitall");
+    under_every_codelet(
+        flavour,
+        "deferral.c",
+        "deferral: results correct",
+        Some(line),
+    );
 }
 
 #[test]
