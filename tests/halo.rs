@@ -12,7 +12,7 @@ use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
 use serde_json::Value;
 
 /// The halo codelets (`commtune codelets`), native first.
-const CODELETS: &[&str] = &["native", "persistent", "irecv_first", "pack"];
+const CODELETS: &[&str] = &["native", "persistent", "irecv_first", "pack", "pairwise"];
 
 /// Stencil arguments: DIMS N WIDTH PERIODIC ITERATIONS COMPLETION INTERLEAVE ORDER.
 const CASES: &[&str] = &[
@@ -184,14 +184,20 @@ fn tuning_reports_codelets_that_do_not_apply() {
     );
 }
 
-/// Runs `source` on 2 ranks under every forced halo codelet: the program prints `correct` after
-/// its own checks, and the codelet ran at the sites of line `line` (any site when None).
-fn under_every_codelet(flavour: Flavour, source: &str, correct: &str, line: Option<u64>) {
+/// Runs `source` on `np` ranks under every forced halo codelet: the program prints `correct`
+/// after its own checks, and the codelet ran at the sites of line `line` (any site when None).
+fn under_every_codelet(
+    flavour: Flavour,
+    np: usize,
+    source: &str,
+    correct: &str,
+    line: Option<u64>,
+) {
     let stem = source.trim_end_matches(".c");
     let dir = scratch(&format!("halo-{stem}-{}", flavour.name()));
     let program = compile(flavour, source, &dir);
     for &codelet in CODELETS {
-        let job = run(flavour, 2, &program, &dir)
+        let job = run(flavour, np, &program, &dir)
             .env("COMMTUNE_FORCE", &format!("halo={codelet}"))
             .go();
         job.assert_success();
@@ -215,7 +221,7 @@ fn under_every_codelet(flavour: Flavour, source: &str, correct: &str, line: Opti
 /// MPI_Request_free behave as the standard says under every halo codelet.
 fn request_semantics(flavour: Flavour) {
     let correct = "request_semantics: results correct";
-    under_every_codelet(flavour, "request_semantics.c", correct, None);
+    under_every_codelet(flavour, 2, "request_semantics.c", correct, None);
 }
 
 #[test]
@@ -236,6 +242,7 @@ fn deferral(flavour: Flavour) {
     let line = common::marker_line("deferral.c", "SITE:deferral_waitall");
     under_every_codelet(
         flavour,
+        2,
         "deferral.c",
         "deferral: results correct",
         Some(line),
@@ -250,4 +257,18 @@ fn deferred_sends_never_deadlock_openmpi() {
 #[test]
 fn deferred_sends_never_deadlock_mpich() {
     deferral(Mpich);
+}
+
+/// tests/programs/split_episodes.c: one rank splits its exchanges over two episodes in an order
+/// against pairwise's global order; pairwise's steps must give up waiting rather than deadlock.
+#[test]
+fn split_episodes_never_deadlock_openmpi() {
+    let correct = "split_episodes: results correct";
+    under_every_codelet(OpenMpi, 3, "split_episodes.c", correct, None);
+}
+
+#[test]
+fn split_episodes_never_deadlock_mpich() {
+    let correct = "split_episodes: results correct";
+    under_every_codelet(Mpich, 3, "split_episodes.c", correct, None);
 }

@@ -12,7 +12,7 @@ use std::path::Path;
 use common::{OpenMpi, run, scratch, sites};
 
 const HPCC: &str = "/usr/bin/hpcc";
-const HALO_CODELETS: &[&str] = &["persistent", "irecv_first", "pack"];
+const HALO_CODELETS: &[&str] = &["persistent", "irecv_first", "pack", "pairwise"];
 
 /// The `name=value` lines of hpccoutf.txt's summary section.
 fn summary(dir: &Path) -> BTreeMap<String, String> {

@@ -1,4 +1,5 @@
-//! Halo operations posted later than the application asked (the `irecv_first` codelet's sends),
+//! Halo operations posted later than the application asked (the `irecv_first` codelet's sends,
+//! the `pairwise` codelet's messages),
 //! and the rule that makes this safe: every MPI entry point posts them before doing anything
 //! else (the generated wrappers of build/entry_points.rs, and the hand-written ones through
 //! `post_all`), so no MPI call can block while an operation waits.
@@ -6,6 +7,7 @@
 //! The list is process-wide, not per thread: a thread that blocks in MPI while another thread's
 //! sends wait would otherwise deadlock.
 
+use std::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -15,32 +17,44 @@ use super::persistent::{self, Reserved};
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
 
-static DEFERRED: Mutex<Vec<Reserved>> = Mutex::new(Vec::new());
+/// Held operations; for those that may be exchanged step by step (`pairwise`), this rank's rank
+/// in their communicator.
+static DEFERRED: Mutex<Vec<(Reserved, Option<c_int>)>> = Mutex::new(Vec::new());
 
-/// Holds `request` (a persistent request the application already holds) until `post_all`.
-pub fn defer(request: Reserved) {
+/// Holds `request` (a persistent request the application already holds) until `post_all`, or,
+/// with `stepwise` (this rank's rank in the message's communicator), until the MPI_Waitall that
+/// completes it (`take_all`).
+pub fn defer(request: Reserved, stepwise: Option<c_int>) {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    deferred.push(request);
+    deferred.push((request, stepwise));
     commtune_deferred_pending.store(1, Ordering::Release);
+}
+
+/// Whether any operation is held.
+#[inline]
+pub fn any() -> bool {
+    commtune_deferred_pending.load(Ordering::Acquire) != 0
+}
+
+/// Every held operation, to be started by the caller.
+pub fn take_all() -> Vec<(Reserved, Option<c_int>)> {
+    let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
+    commtune_deferred_pending.store(0, Ordering::Release);
+    std::mem::take(&mut *deferred)
 }
 
 /// Starts every deferred operation.
 #[inline]
 pub fn post_all() {
-    if commtune_deferred_pending.load(Ordering::Acquire) != 0 {
+    if any() {
         commtune_post_deferred();
     }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_post_deferred() {
-    let waiting = {
-        let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-        commtune_deferred_pending.store(0, Ordering::Release);
-        std::mem::take(&mut *deferred)
-    };
     // A request MPI refuses to start stays an inactive handle the application can complete.
-    waiting.into_iter().for_each(|r| {
+    take_all().into_iter().for_each(|(r, _)| {
         persistent::begin(r);
     });
 }

@@ -37,7 +37,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
         Some(reserved) => {
             // SAFETY: the application's request variable, as MPI_Isend requires.
             unsafe { set_request_at(request, 0, reserved.handle()) };
-            deferred::defer(reserved);
+            deferred::defer(reserved, None);
             (mpi::SUCCESS, true)
         }
         None => (call.native(request), false),

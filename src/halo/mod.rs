@@ -6,10 +6,12 @@ mod deferred;
 mod episode;
 mod irecv_first;
 mod pack;
+mod pairwise;
 mod persistent;
 mod tuning;
 
 pub use deferred::post_all as post_deferred;
+pub use pairwise::{restore as restore_statuses, run_steps as run_pairwise_steps};
 pub use tuning::report as tuning_report;
 
 use std::cell::RefCell;
@@ -44,11 +46,16 @@ pub const CODELETS: &[HaloCodelet] = &[
         name: "pack",
         requires: pack::REQUIRES,
     },
+    HaloCodelet {
+        name: "pairwise",
+        requires: pairwise::REQUIRES,
+    },
 ];
 const NATIVE: usize = 0;
 const PERSISTENT: usize = 1;
 const IRECV_FIRST: usize = 2;
 const PACK: usize = 3;
+const PAIRWISE: usize = 4;
 
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
@@ -98,6 +105,10 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         },
         IRECV_FIRST => match irecv_first::post(call, request) {
             (rc, true) => (rc, IRECV_FIRST),
+            (rc, false) => (rc, NATIVE),
+        },
+        PAIRWISE => match pairwise::post(call, request) {
+            (rc, true) => (rc, PAIRWISE),
             (rc, false) => (rc, NATIVE),
         },
         PACK => match pack::post(call, request) {

@@ -84,6 +84,11 @@ impl Reserved {
     pub fn handle(&self) -> MPI_Request {
         self.request.handle()
     }
+
+    /// The peer and the communicator's handle bits.
+    pub fn partner(&self) -> (c_int, usize) {
+        (self.message.peer, self.message.comm)
+    }
 }
 
 /// Starts the persistent request for `call`'s message, made now if the message was seen before;

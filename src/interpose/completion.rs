@@ -137,8 +137,15 @@ pub extern "C" fn commtune_waitall(
     array: *mut MPI_Request,
     statuses: *mut MPI_Status,
 ) -> c_int {
+    // SAFETY: the application's array of `count` requests, as MPI_Waitall requires.
+    let stepped = unsafe { halo::run_pairwise_steps(array, count.max(0) as usize) };
     completion(ra, array, count, || {
-        all_or_unknown(requests::waitall(count, array, statuses))
+        let rc = requests::waitall(count, array, statuses);
+        if rc == mpi::SUCCESS {
+            // SAFETY: MPI_Waitall's status array holds `count` statuses, or is IGNORE.
+            unsafe { halo::restore_statuses(statuses, stepped) };
+        }
+        all_or_unknown(rc)
     })
 }
 

@@ -103,6 +103,11 @@ pub fn proc_null() -> c_int {
     unsafe { ffi::RSMPI_PROC_NULL }
 }
 
+pub fn any_source() -> c_int {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_ANY_SOURCE }
+}
+
 pub fn is_in_place(buf: *const c_void) -> bool {
     buf == constants().in_place.cast_const()
 }

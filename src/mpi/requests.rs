@@ -53,6 +53,32 @@ impl Persistent {
     }
 }
 
+/// Tests `requests` (handles of the library's own persistent requests) for completion,
+/// filling `statuses` when they all completed.
+pub fn test_all(requests: &mut [MPI_Request], statuses: &mut [MPI_Status]) -> bool {
+    let mut flag = 0;
+    let n = c_int::try_from(requests.len().min(statuses.len())).unwrap_or(c_int::MAX);
+    // SAFETY: both slices hold `n` elements; MPI writes the flag and up to `n` statuses.
+    let rc =
+        unsafe { ffi::PMPI_Testall(n, requests.as_mut_ptr(), &mut flag, statuses.as_mut_ptr()) };
+    rc != super::SUCCESS || flag != 0
+}
+
+/// A status for MPI to fill.
+pub fn empty_status() -> MPI_Status {
+    // SAFETY: MPI_Status is a plain C struct of integers, for which all zeros is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Replaces status `i` of an application's status array.
+///
+/// # Safety
+/// `statuses` holds more than `i` writable statuses.
+pub unsafe fn set_status_at(statuses: *mut MPI_Status, i: usize, status: MPI_Status) {
+    // SAFETY: as the caller guarantees.
+    unsafe { *statuses.add(i) = status }
+}
+
 /// A request the application gave up (MPI_Request_free) that the library completes itself.
 pub struct Pending(MPI_Request);
 

@@ -1,0 +1,144 @@
+//! The `pairwise` halo codelet (ADCL's "pair"): an episode's messages are held back and, in the
+//! MPI_Waitall that completes them, exchanged one peer at a time, peers in a global order (the
+//! pair of ranks, lowest first), each step finished before the next starts.
+//!
+//! One rank cannot know that its peers hold all their exchanges with it in the same episode: a
+//! peer may wait, in an earlier episode of its own, for a message this rank posts only in a later
+//! step. So a step waits at most `PATIENCE`; then every remaining message is posted at once, as
+//! natively, and MPI_Waitall completes them: a peer that is not ready delays the exchange but
+//! can never deadlock it. Any other MPI call before the MPI_Waitall posts the held messages at
+//! once too (`deferred`).
+//!
+//! Requirements: every MPI call of the program visible (not Open MPI's Fortran bindings); a named
+//! peer (not MPI_ANY_SOURCE; MPI_PROC_NULL messages are posted as they are); the messages of one
+//! communicator; the `persistent` requirements except the first post.
+
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use super::deferred;
+use super::persistent::{self, Reserved};
+use crate::mpi::requests::{empty_status, request_at, set_request_at, set_status_at, test_all};
+use crate::mpi::{self, HandleBits, MPI_Request, MPI_Status, PointToPoint};
+
+pub const REQUIRES: &[&str] = &[
+    "completion by one MPI_Waitall (any other call posts the messages at once)",
+    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
+    "a named peer (not MPI_ANY_SOURCE), the messages of one communicator",
+    "the persistent requirements except the first post",
+];
+
+/// How long a step waits for its peer before the rest of the episode is posted at once.
+const PATIENCE: Duration = Duration::from_millis(5);
+
+/// Posts `call` (held back, or natively when it cannot be); returns MPI's code and whether the
+/// codelet applied.
+pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
+    if call.peer == mpi::proc_null() {
+        return (call.native(request), true);
+    }
+    if call.peer == mpi::any_source() || !mpi::sees_every_call() {
+        return (call.native(request), false);
+    }
+    match persistent::reserve(call, true) {
+        Some(reserved) => {
+            // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
+            unsafe { set_request_at(request, 0, reserved.handle()) };
+            deferred::defer(reserved, Some(mpi::comm_rank(call.comm)));
+            (mpi::SUCCESS, true)
+        }
+        None => (call.native(request), false),
+    }
+}
+
+/// Before an MPI_Waitall over `requests[..count]`: starts every held operation, those of this
+/// array that may go step by step one peer at a time. Returns the statuses of the requests the
+/// steps completed, by position (MPI_Waitall reports them empty: they are inactive by then).
+///
+/// # Safety
+/// `requests` holds `count` handles.
+pub unsafe fn run_steps(requests: *const MPI_Request, count: usize) -> Vec<(usize, MPI_Status)> {
+    if !deferred::any() {
+        return Vec::new();
+    }
+    let held = deferred::take_all();
+    // SAFETY: `requests` holds `count` handles (this function's contract).
+    let positions: FxHashMap<usize, usize> = (0..count)
+        .map(|i| (unsafe { request_at(requests, i) }.bits(), i))
+        .collect();
+    let mut stepwise: Vec<(Reserved, c_int)> = Vec::new();
+    for (r, me) in held {
+        match me {
+            Some(me) if positions.contains_key(&r.handle().bits()) => stepwise.push((r, me)),
+            _ => {
+                persistent::begin(r);
+            }
+        }
+    }
+    let comm = stepwise.first().map(|(r, _)| r.partner().1);
+    if stepwise.iter().any(|(r, _)| Some(r.partner().1) != comm) {
+        stepwise.into_iter().for_each(|(r, _)| {
+            persistent::begin(r);
+        });
+        return Vec::new();
+    }
+    stepwise.sort_by_key(|(r, me)| {
+        let peer = r.partner().0;
+        ((*me).min(peer), (*me).max(peer))
+    });
+    let mut saved = Vec::new();
+    let mut rest = stepwise.into_iter().map(|(r, _)| r).peekable();
+    while let Some(first) = rest.next() {
+        let peer = first.partner().0;
+        let mut step = vec![first];
+        while let Some(next) = rest.next_if(|r| r.partner().0 == peer) {
+            step.push(next);
+        }
+        let mut handles: Vec<MPI_Request> = step.iter().map(Reserved::handle).collect();
+        let at: Vec<usize> = handles.iter().map(|h| positions[&h.bits()]).collect();
+        step.into_iter().for_each(|r| {
+            persistent::begin(r);
+        });
+        match finish_step(&mut handles) {
+            Some(statuses) => saved.extend(at.into_iter().zip(statuses)),
+            None => {
+                rest.for_each(|r| {
+                    persistent::begin(r);
+                });
+                break;
+            }
+        }
+    }
+    saved
+}
+
+/// Waits up to `PATIENCE` for a step's requests: their statuses, or None when the peer was not
+/// ready (the requests stay active; MPI_Waitall completes them).
+fn finish_step(handles: &mut [MPI_Request]) -> Option<Vec<MPI_Status>> {
+    let mut statuses = vec![empty_status(); handles.len()];
+    let start = Instant::now();
+    loop {
+        if test_all(handles, &mut statuses) {
+            return Some(statuses);
+        }
+        if start.elapsed() > PATIENCE {
+            return None;
+        }
+    }
+}
+
+/// Writes the statuses the steps saved into the application's status array.
+///
+/// # Safety
+/// `statuses` is MPI_STATUSES_IGNORE or holds more statuses than any saved position.
+pub unsafe fn restore(statuses: *mut MPI_Status, saved: Vec<(usize, MPI_Status)>) {
+    if statuses == mpi::statuses_ignore() {
+        return;
+    }
+    for (i, status) in saved {
+        // SAFETY: as the caller guarantees.
+        unsafe { set_status_at(statuses, i, status) };
+    }
+}
