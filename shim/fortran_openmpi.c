@@ -192,8 +192,12 @@ void ompi_waitany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, MPI_Fi
 }
 FORTRAN_ALIASES(waitany, WAITANY)
 
-void ompi_waitsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
-                     MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
+/* Waitsome and Testsome: the same arguments and conversions around a different Rust entry. */
+typedef int (*some_fn)(void *ra, int incount, MPI_Request *requests, int *outcount, int *indices,
+                       MPI_Status *statuses);
+
+static void some_f(some_fn call, void *ra, MPI_Fint *incount, MPI_Fint *requests,
+                   MPI_Fint *outcount, MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
 {
     MPI_Status *c_statuses = NULL;
     MPI_Request *c_requests = requests_c(*incount, requests, &c_statuses);
@@ -204,7 +208,7 @@ void ompi_waitsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
         return set_ierr(ierr, MPI_ERR_NO_MEM);
     }
     int c_outcount = MPI_UNDEFINED;
-    int rc = commtune_waitsome(CALLER, *incount, c_requests, &c_outcount, c_indices, c_statuses);
+    int rc = call(ra, *incount, c_requests, &c_outcount, c_indices, c_statuses);
     if (rc == MPI_SUCCESS) {
         requests_f(*incount, c_requests, requests);
         *outcount = c_outcount;
@@ -214,6 +218,12 @@ void ompi_waitsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
     free(c_requests);
     free(c_indices);
     set_ierr(ierr, rc);
+}
+
+void ompi_waitsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
+                     MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
+{
+    some_f(commtune_waitsome, CALLER, incount, requests, outcount, indices, statuses, ierr);
 }
 FORTRAN_ALIASES(waitsome, WAITSOME)
 
@@ -275,25 +285,7 @@ F08_TEST_ALIAS(testany)
 void ompi_testsome_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,
                      MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr)
 {
-    MPI_Status *c_statuses = NULL;
-    MPI_Request *c_requests = requests_c(*incount, requests, &c_statuses);
-    int *c_indices = malloc((*incount > 0 ? *incount : 1) * sizeof(int));
-    if (c_requests == NULL || c_indices == NULL) {
-        free(c_requests);
-        free(c_indices);
-        return set_ierr(ierr, MPI_ERR_NO_MEM);
-    }
-    int c_outcount = MPI_UNDEFINED;
-    int rc = commtune_testsome(CALLER, *incount, c_requests, &c_outcount, c_indices, c_statuses);
-    if (rc == MPI_SUCCESS) {
-        requests_f(*incount, c_requests, requests);
-        *outcount = c_outcount;
-        for (int i = 0; i < c_outcount; i++) indices[i] = index_f(c_indices[i]);
-        if (c_outcount != MPI_UNDEFINED) statuses_f(c_outcount, c_statuses, statuses);
-    }
-    free(c_requests);
-    free(c_indices);
-    set_ierr(ierr, rc);
+    some_f(commtune_testsome, CALLER, incount, requests, outcount, indices, statuses, ierr);
 }
 FORTRAN_ALIASES(testsome, TESTSOME)
 F08_TEST_ALIAS(testsome)

@@ -402,6 +402,43 @@ fn matching_calls_from_different_sites_are_tuned_together_mpich() {
     mismatch(Mpich, 2);
 }
 
+/// Calls searched together share their codelets' requirements: with ring made the winner, the
+/// commutative user operation runs ring and the non-commutative one (same bytes, same
+/// communicator) keeps the rank order.
+fn user_ops(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("tuner_user_ops_{}", flavour.name()));
+    let exe = compile(flavour, "user_ops.c", &dir);
+    let delays = all_but("allreduce", ALLREDUCE, "ring", "1ms").join(",");
+    let job = run(flavour, np, &exe, &dir)
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_INJECT_DELAY", &delays)
+        .go();
+    job.assert_success();
+    assert!(
+        job.stdout().contains("user_ops: results correct"),
+        "{}",
+        job.stdout()
+    );
+    let report = job.report();
+    let commutative = site_at_line(&report, marker_line("user_ops.c", "SITE:commutative"));
+    assert_eq!(tuning(commutative)["winner"], "ring", "{commutative:#}");
+    let ordered = site_at_line(&report, marker_line("user_ops.c", "SITE:ordered"));
+    assert!(
+        ordered["codelets"].get("ring").is_none(),
+        "ring ran a non-commutative operation: {ordered:#}"
+    );
+}
+
+#[test]
+fn requirements_hold_for_calls_tuned_together_openmpi() {
+    user_ops(OpenMpi, 4);
+}
+
+#[test]
+fn requirements_hold_for_calls_tuned_together_mpich() {
+    user_ops(Mpich, 2);
+}
+
 #[test]
 fn budget_stops_a_costly_search_early_with_the_best_so_far() {
     // Every codelet but ring costs 20 ms more: after the first round far more than 5 % of the

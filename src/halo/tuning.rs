@@ -12,12 +12,12 @@
 
 use std::sync::LazyLock;
 
-use commtune_report::{CodeletEstimate, TuningData};
+use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::CODELETS;
-use crate::codelets::Partners;
+use crate::codelets::{self, Partners};
 use crate::keys::Entry;
 use crate::runtime;
 use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate, samples_of};
@@ -137,7 +137,7 @@ impl Search {
     fn new() -> Search {
         let config = runtime::config();
         let candidates = (0..CODELETS.len())
-            .filter(|&c| c == 0 || !config.excluded(commtune_report::Op::Halo, c))
+            .filter(|&c| c == 0 || !config.excluded(Op::Halo, c))
             .map(|index| Candidate {
                 index,
                 partners: Partners::Pair,
@@ -219,33 +219,18 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         ),
     };
     let plan = t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref());
-    let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
-    let codelets = plan.map_or_else(Vec::new, |plan| {
-        plan.estimates
-            .iter()
-            .map(|(i, e)| CodeletEstimate {
-                name: CODELETS[*i].name.to_string(),
-                estimate_us: us(e.location),
-                error_us: us(e.error),
-            })
-            .collect()
-    });
+    let names = codelets::names(Op::Halo);
+    let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(&names, ns_per_tick));
     let saved_s = match (t.production, plan) {
-        (Some((winner, since)), Some(plan)) if winner != 0 => {
-            match (plan.estimate(0), plan.estimate(winner)) {
-                (Some(native), Some(best)) => {
-                    let instances = t.instances.saturating_sub(since) as f64;
-                    (native.location - best.location) * instances * ns_per_tick * 1e-9
-                }
-                _ => 0.0,
-            }
+        (Some((winner, since)), Some(plan)) => {
+            plan.saved_s(winner, t.instances.saturating_sub(since), ns_per_tick)
         }
         _ => 0.0,
     };
     TuningData {
         phase: phase.into(),
         reason,
-        winner: t.production.map(|(w, _)| CODELETS[w].name.to_string()),
+        winner: t.production.map(|(w, _)| names[w].to_string()),
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
         rounds: plan.map_or(0, |p| p.rounds),

@@ -7,6 +7,7 @@ use commtune_report::Op;
 use rustc_hash::FxHasher;
 
 use super::dispatch;
+use crate::codelets::Operation;
 use crate::halo;
 use crate::keys::{self, CallKey, Description};
 use crate::mpi::{
@@ -61,9 +62,10 @@ pub extern "C" fn commtune_allreduce(
         );
         Description {
             agree: format!(
-                "bytes={} op={} comm_size={size}{in_place}",
+                "bytes={} op={} comm_size={size}{in_place} {:?}",
                 call.bytes(),
-                mpi::op_name(op)
+                mpi::op_name(op),
+                call.facts()
             ),
             merge_key: signature.clone(),
             signature,
@@ -131,8 +133,9 @@ pub extern "C" fn commtune_alltoall(
         );
         Description {
             agree: format!(
-                "block_bytes={} comm_size={size}",
-                recvcount * mpi::type_size(recvtype)
+                "block_bytes={} comm_size={size} {:?}",
+                recvcount * mpi::type_size(recvtype),
+                call.facts()
             ),
             merge_key: signature.clone(),
             signature,
@@ -222,7 +225,11 @@ pub extern "C" fn commtune_allgatherv(
             .map(|c| c * mpi::type_size(recvtype))
             .collect();
         Description {
-            agree: format!("recvbytes={} comm_size={size}", summarize_counts(&bytes)),
+            agree: format!(
+                "recvbytes={} comm_size={size} {:?}",
+                summarize_counts(&bytes),
+                call.facts()
+            ),
             signature: format!("{send} {merge_key}"),
             merge_key,
             bytes_per_call: call.bytes(size),

@@ -63,7 +63,9 @@ pub struct Description {
     pub merge_key: String,
     /// What the tuner's ranks agree on: what the MPI standard makes identical on every rank at
     /// the same instance of a communicator's collectives (operation, bytes, reduction, size),
-    /// never the call site or datatype handles, which may differ from rank to rank.
+    /// never the call site or datatype handles, which may differ from rank to rank; and every
+    /// fact codelet requirements read (`codelets::Facts`), so that calls sharing a search and its
+    /// winner also share which codelets may run them.
     pub agree: String,
     pub signature: String,
     pub bytes_per_call: u64,

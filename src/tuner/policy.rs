@@ -3,6 +3,8 @@
 //! Pure: the tuner feeds each round's agreed estimates (the same on every rank), so every rank
 //! takes the same decisions. A round gives every remaining candidate one more sample.
 
+use commtune_report::CodeletEstimate;
+
 use crate::codelets::Partners;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -78,6 +80,29 @@ impl Plan {
             best_partners: None,
             partners_fixed: false,
             best_collectives: None,
+        }
+    }
+
+    /// The estimates of every codelet that ran, for the report, in microseconds.
+    pub fn report_estimates(&self, names: &[&str], ns_per_tick: f64) -> Vec<CodeletEstimate> {
+        let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
+        self.estimates
+            .iter()
+            .map(|(i, e)| CodeletEstimate {
+                name: names[*i].to_string(),
+                estimate_us: us(e.location),
+                error_us: us(e.error),
+            })
+            .collect()
+    }
+
+    /// Seconds saved versus native by `winner` over `calls` calls, by the estimates.
+    pub fn saved_s(&self, winner: usize, calls: u64, ns_per_tick: f64) -> f64 {
+        match (self.estimate(0), self.estimate(winner)) {
+            (Some(native), Some(best)) if winner != 0 => {
+                (native.location - best.location) * calls as f64 * ns_per_tick * 1e-9
+            }
+            _ => 0.0,
         }
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
-use commtune_report::{CodeletEstimate, TuningData};
+use commtune_report::TuningData;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -227,26 +227,10 @@ impl KeyTuner {
             Phase::Searching(s) => Some(&s.plan),
             _ => key.decided.as_ref(),
         };
-        let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
-        let codelets = plan.map_or_else(Vec::new, |plan| {
-            plan.estimates
-                .iter()
-                .map(|(i, e)| CodeletEstimate {
-                    name: names[*i].to_string(),
-                    estimate_us: us(e.location),
-                    error_us: us(e.error),
-                })
-                .collect()
-        });
+        let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(names, ns_per_tick));
         let saved_s = match (&key.phase, plan) {
-            (Phase::Production(p), Some(plan)) if p.winner != 0 => {
-                match (plan.estimate(0), plan.estimate(p.winner)) {
-                    (Some(native), Some(best)) => {
-                        let calls = instances.saturating_sub(p.since) as f64;
-                        (native.location - best.location) * calls * ns_per_tick * 1e-9
-                    }
-                    _ => 0.0,
-                }
+            (Phase::Production(p), Some(plan)) => {
+                plan.saved_s(p.winner, instances.saturating_sub(p.since), ns_per_tick)
             }
             _ => 0.0,
         };
