@@ -32,6 +32,9 @@ int commtune_allgatherv(void *ra, int large, const void *sendbuf, MPI_Count send
                         MPI_Datatype sendtype, void *recvbuf, const void *recvcounts,
                         const void *displs, MPI_Datatype recvtype, MPI_Comm comm);
 
+/* Not tuned: a point where every rank of `comm` is inside the same call (halo agreement). */
+int commtune_barrier(MPI_Comm comm);
+
 int commtune_isend(void *ra, int large, const void *buf, MPI_Count count, MPI_Datatype datatype,
                    int dest, int tag, MPI_Comm comm, MPI_Request *request);
 int commtune_irecv(void *ra, int large, void *buf, MPI_Count count, MPI_Datatype datatype,

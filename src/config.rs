@@ -49,6 +49,8 @@ pub struct Config {
     pub exclude: Vec<(Op, usize)>,
     pub tuning: Settings,
     pub delays: Vec<Delay>,
+    /// Whether tuning may try the halo codelet `neighbor`, COMMTUNE_HALO_NEIGHBOR.
+    pub halo_neighbor: bool,
 }
 
 impl Default for Config {
@@ -61,6 +63,7 @@ impl Default for Config {
             exclude: Vec::new(),
             tuning: Settings::default(),
             delays: Vec::new(),
+            halo_neighbor: false,
         }
     }
 }
@@ -117,6 +120,7 @@ pub const KNOBS: &[Knob] = &[
         "(none)",
         "op=codelet,... (native cannot be excluded)",
     ),
+    knob("COMMTUNE_HALO_NEIGHBOR", "off", "off, on"),
     knob("COMMTUNE_SEARCH", "attributes", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
     knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
@@ -180,6 +184,14 @@ where
                 config.exclude = codelet_list(name, value, &mut problems, false);
                 true
             }
+            "COMMTUNE_HALO_NEIGHBOR" => set(
+                &mut config.halo_neighbor,
+                match value {
+                    "off" => Some(false),
+                    "on" => Some(true),
+                    _ => None,
+                },
+            ),
             "COMMTUNE_SEARCH" => set(&mut t.search, parse_search(value)),
             "COMMTUNE_FILTER" => ["minfactor", "iqr", "robust"]
                 .into_iter()
@@ -413,6 +425,7 @@ mod tests {
             ("COMMTUNE_TIMING", "period"),
             ("COMMTUNE_SAMPLES", "12"),
             ("COMMTUNE_BUDGET", "0.3"),
+            ("COMMTUNE_HALO_NEIGHBOR", "on"),
             ("PATH", "/bin"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
@@ -430,6 +443,7 @@ mod tests {
         assert_eq!(c.tuning.timing, Timing::Period);
         assert_eq!(c.tuning.samples, 12);
         assert_eq!(c.tuning.budget, 0.3);
+        assert!(c.halo_neighbor);
         let (c, _) = parse([("COMMTUNE_REPORT", "none")]);
         assert_eq!(c.report, ReportTarget::Disabled);
     }

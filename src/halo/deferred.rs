@@ -1,5 +1,5 @@
 //! Halo operations posted later than the application asked (the `irecv_first` codelet's sends,
-//! the `pairwise` codelet's messages),
+//! the `pairwise` codelet's messages, the `neighbor` codelet's posts until the episode's last),
 //! and the rule that makes this safe: every MPI entry point posts them before doing anything
 //! else (the generated wrappers of build/entry_points.rs, and the hand-written ones through
 //! `post_all`), so no MPI call can block while an operation waits.
@@ -11,11 +11,27 @@ use std::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use super::neighbor;
 use super::persistent::{self, Reserved};
 
-/// Read by the C wrappers (shim/commtune.h): nonzero while `DEFERRED` holds operations.
+/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, one bit per kind of
+/// holder.
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
+/// `DEFERRED` holds operations.
+const LISTED: i32 = 1;
+/// A thread holds the posts of a `neighbor` instance.
+pub const NEIGHBOR: i32 = 2;
+
+/// A holder of kind `bit` waits.
+pub fn hold(bit: i32) {
+    commtune_deferred_pending.fetch_or(bit, Ordering::Release);
+}
+
+/// A holder of kind `bit` no longer waits.
+pub fn release(bit: i32) {
+    commtune_deferred_pending.fetch_and(!bit, Ordering::Release);
+}
 
 /// Held operations; for those that may be exchanged step by step (`pairwise`), this rank's rank
 /// in their communicator.
@@ -27,7 +43,7 @@ static DEFERRED: Mutex<Vec<(Reserved, Option<c_int>)>> = Mutex::new(Vec::new());
 pub fn defer(request: Reserved, stepwise: Option<c_int>) {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
     deferred.push((request, stepwise));
-    commtune_deferred_pending.store(1, Ordering::Release);
+    hold(LISTED);
 }
 
 /// Whether any operation is held.
@@ -39,7 +55,7 @@ pub fn any() -> bool {
 /// Every held operation, to be started by the caller.
 pub fn take_all() -> Vec<(Reserved, Option<c_int>)> {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    commtune_deferred_pending.store(0, Ordering::Release);
+    release(LISTED);
     std::mem::take(&mut *deferred)
 }
 
@@ -53,6 +69,7 @@ pub fn post_all() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_post_deferred() {
+    neighbor::flush();
     // A request MPI refuses to start stays an inactive handle the application can complete.
     take_all().into_iter().for_each(|(r, _)| {
         persistent::begin(r);

@@ -18,7 +18,8 @@ use commtune_report::Op;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::{Completed, tuning};
+use super::neighbor::{self, Expected};
+use super::{Completed, NEIGHBOR, tuning};
 use crate::config::Mode;
 use crate::keys::{self, CallKey, Description, Entry};
 use crate::mpi::datatype::Layout;
@@ -38,7 +39,7 @@ struct Posted {
     tag: c_int,
     count: i64,
     datatype: mpi::MPI_Datatype,
-    comm: usize,
+    comm: mpi::MPI_Comm,
     /// The halo codelet that posted it.
     codelet: usize,
 }
@@ -86,6 +87,11 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
                 None if config.mode == Mode::Tune => t.predicted.map_or(0, tuning::choose),
                 None => 0,
             };
+            if let Some(entry) = t.predicted
+                && neighbor::begins(entry)
+            {
+                t.codelet = NEIGHBOR;
+            }
         }
         t.codelet
     })
@@ -134,7 +140,7 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
             tag: call.tag,
             count: call.count,
             datatype: call.datatype,
-            comm: call.comm.bits(),
+            comm: call.comm,
             codelet,
         });
         t.open += 1;
@@ -145,6 +151,11 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
 /// no prediction).
 pub fn receives_outstanding() -> Option<bool> {
     TRACKER.with_borrow(|t| t.expected_recvs.map(|expected| t.recvs < expected))
+}
+
+/// The key this thread's episode in progress is predicted to be.
+pub fn open_prediction() -> Option<&'static Entry> {
+    TRACKER.with_borrow(|t| t.predicted.filter(|_| !t.ops.is_empty()))
 }
 
 /// Whether this thread has an episode in progress (whose requests completion calls may finish).
@@ -164,6 +175,19 @@ pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
             t.close(caller);
         }
     });
+}
+
+impl Posted {
+    fn expected(&self) -> Expected {
+        Expected {
+            kind: self.kind,
+            peer: self.peer,
+            tag: self.tag,
+            count: self.count,
+            datatype: self.datatype,
+            comm: self.comm,
+        }
+    }
 }
 
 impl Tracker {
@@ -193,7 +217,7 @@ impl Tracker {
             signature.write_i32(op.tag);
             signature.write_i64(op.count);
             signature.write_usize(op.datatype.bits());
-            signature.write_usize(op.comm);
+            signature.write_usize(op.comm.bits());
         }
         let key = CallKey {
             caller,
@@ -202,6 +226,7 @@ impl Tracker {
         };
         let ops = &self.ops;
         let entry = keys::entry(key, |site| describe(site, ops));
+        neighbor::closed(entry, ops.iter().map(Posted::expected));
         if entry.calls() == 0 {
             limits(ops).into_iter().for_each(|note| entry.note(note));
         }
@@ -263,6 +288,16 @@ fn limits(ops: &[Posted]) -> Vec<String> {
         notes.push("halo codelet pack: every datatype is contiguous (nothing to pack)".into());
     } else if !mpi::sees_every_call() {
         notes.push(format!("halo codelet pack does not apply: {hidden}"));
+    }
+    match neighbor::eligibility(ops.iter().map(Posted::expected)) {
+        Err(why) => notes.push(format!("halo codelet neighbor does not apply: {why}")),
+        Ok(_) if !neighbor::may_agree() => notes.push(
+            "halo codelet neighbor is not tried: it changes which messages match, so every rank \
+             must agree to it (COMMTUNE_HALO_NEIGHBOR=on or COMMTUNE_FORCE=halo=neighbor, with \
+             every MPI call visible)"
+                .into(),
+        ),
+        Ok(_) => {}
     }
     notes
 }

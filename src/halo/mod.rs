@@ -1,16 +1,21 @@
 //! Halo exchanges: MPI_Isend/MPI_Irecv calls grouped into episodes (`episode`), and the halo
-//! codelets, which change how the messages are posted but never which messages match, so that
-//! each rank may use its own (DESIGN, "Halo episodes").
+//! codelets, which change how the messages are posted. All but `neighbor` never change which
+//! messages match, so each rank may use its own; `neighbor` runs only where the ranks agreed
+//! (DESIGN, "Halo episodes").
 
 mod deferred;
 mod episode;
 mod irecv_first;
+mod neighbor;
 mod pack;
 mod pairwise;
 mod persistent;
 mod tuning;
 
 pub use deferred::post_all as post_deferred;
+pub use neighbor::{
+    adopt as neighbor_adopts, at_collective as agree_at_collective, progress as progress_neighbor,
+};
 pub use pairwise::{restore as restore_statuses, run_steps as run_pairwise_steps};
 pub use tuning::report as tuning_report;
 
@@ -20,8 +25,7 @@ use std::ffi::c_int;
 use crate::mpi::requests::{index_at, request_at, set_request_at};
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint};
 
-/// A way to post an episode's messages. Each reorders or repackages the same messages, so it
-/// matches whatever codelet the peers use.
+/// A way to post an episode's messages.
 pub struct HaloCodelet {
     pub name: &'static str,
     /// What a message needs for the codelet to post it (others go native), for the catalogue.
@@ -50,12 +54,18 @@ pub const CODELETS: &[HaloCodelet] = &[
         name: "pairwise",
         requires: pairwise::REQUIRES,
     },
+    HaloCodelet {
+        name: "neighbor",
+        requires: neighbor::REQUIRES,
+    },
 ];
 const NATIVE: usize = 0;
 const PERSISTENT: usize = 1;
 const IRECV_FIRST: usize = 2;
 const PACK: usize = 3;
 const PAIRWISE: usize = 4;
+/// The one codelet that changes which messages match: ranks run it only where they agreed.
+const NEIGHBOR: usize = 5;
 
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
@@ -103,14 +113,9 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
             }
             None => (call.native(request), NATIVE),
         },
-        IRECV_FIRST => match irecv_first::post(call, request) {
-            (rc, true) => (rc, IRECV_FIRST),
-            (rc, false) => (rc, NATIVE),
-        },
-        PAIRWISE => match pairwise::post(call, request) {
-            (rc, true) => (rc, PAIRWISE),
-            (rc, false) => (rc, NATIVE),
-        },
+        IRECV_FIRST => applied(irecv_first::post(call, request), IRECV_FIRST),
+        PAIRWISE => applied(pairwise::post(call, request), PAIRWISE),
+        NEIGHBOR => applied(neighbor::post(call, request), NEIGHBOR),
         PACK => match pack::post(call, request) {
             pack::Posted::Packed(rc) => (rc, PACK),
             pack::Posted::AsItIs => (call.native(request), PACK),
@@ -126,6 +131,11 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         }
     }
     rc
+}
+
+/// MPI's code, and `codelet` if it applied, else native.
+fn applied((rc, applied): (c_int, bool), codelet: usize) -> (c_int, usize) {
+    (rc, if applied { codelet } else { NATIVE })
 }
 
 /// Runs a completion call over `requests[..count]`: closes the episode it finishes, hands the
@@ -187,6 +197,7 @@ pub fn found_complete(request: MPI_Request) {
 /// MPI_Finalize is near: finish the packed messages the application freed, free the persistent
 /// requests nobody holds.
 pub fn finalizing() {
+    neighbor::finalizing();
     pack::poll_orphans(true);
     persistent::release();
 }

@@ -8,7 +8,8 @@
 //! application iteration; each codelet then runs twice in a row and the first run is discarded).
 //! A codelet that posted some of an episode's messages natively (its requirements, see
 //! `CODELETS`) gives no sample; one that never manages to is dropped from the search, with a
-//! note in the report.
+//! note in the report. `neighbor` is not searched here: ranks try it together once each has
+//! decided (`neighbor`'s agreement), and the samples of its instances go there.
 
 use std::sync::LazyLock;
 
@@ -16,7 +17,7 @@ use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use super::CODELETS;
+use super::{CODELETS, NEIGHBOR, neighbor};
 use crate::codelets::{self, Partners};
 use crate::keys::Entry;
 use crate::runtime;
@@ -31,8 +32,9 @@ struct EpisodeTuning {
     search: Option<Search>,
     /// The winner and the instance production started at.
     production: Option<(usize, u64)>,
-    /// The decided search, for the report.
+    /// The decided search, for the report, and the winner's estimate.
     decided: Option<Plan>,
+    winner_estimate: Option<f64>,
     search_instances: u64,
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
@@ -83,6 +85,16 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
+    if ran == NEIGHBOR {
+        let sample = match runtime::config().tuning.timing {
+            Timing::Period => previous
+                .filter(|&(_, codelet)| codelet == NEIGHBOR)
+                .map(|(at, _)| now.saturating_sub(at)),
+            Timing::Local | Timing::Barrier => Some(ticks),
+        };
+        sample.into_iter().for_each(|s| neighbor::sample(entry, s));
+        return;
+    }
     if t.production.is_some() {
         return;
     }
@@ -128,6 +140,8 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     if search.step >= search.plan.candidates.len() * repeat()
         && let Some(winner) = search.end_round()
     {
+        let filter = runtime::config().tuning.filter;
+        t.winner_estimate = Some(local_estimate(filter, &search.samples, winner).location);
         t.production = Some((winner, t.instances));
         t.decided = t.search.take().map(|s| s.plan);
     }
@@ -137,7 +151,7 @@ impl Search {
     fn new() -> Search {
         let config = runtime::config();
         let candidates = (0..CODELETS.len())
-            .filter(|&c| c == 0 || !config.excluded(Op::Halo, c))
+            .filter(|&c| c == 0 || (c != NEIGHBOR && !config.excluded(Op::Halo, c)))
             .map(|index| Candidate {
                 index,
                 partners: Partners::Pair,
@@ -190,6 +204,11 @@ impl Search {
     }
 }
 
+/// The estimate of the codelet this rank decided on for `entry`, once it has.
+pub fn settled_estimate(entry: &Entry) -> Option<f64> {
+    TUNING.get(&id(entry))?.winner_estimate
+}
+
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
@@ -230,7 +249,11 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     TuningData {
         phase: phase.into(),
         reason,
-        winner: t.production.map(|(w, _)| names[w].to_string()),
+        winner: if neighbor::chosen(entry) {
+            Some(CODELETS[NEIGHBOR].name.to_string())
+        } else {
+            t.production.map(|(w, _)| names[w].to_string())
+        },
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
         rounds: plan.map_or(0, |p| p.rounds),

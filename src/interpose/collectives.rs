@@ -1,4 +1,5 @@
-//! MPI_Allreduce, MPI_Alltoall and MPI_Allgatherv (and their MPI-4 `_c` variants).
+//! MPI_Allreduce, MPI_Alltoall and MPI_Allgatherv (and their MPI-4 `_c` variants), and
+//! MPI_Barrier, which is not tuned but is a point where halo episodes may be agreed on.
 
 use std::ffi::{c_int, c_void};
 use std::hash::Hasher;
@@ -15,6 +16,15 @@ use crate::mpi::{
     MPI_Op,
 };
 use crate::runtime;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_barrier(comm: MPI_Comm) -> c_int {
+    halo::post_deferred();
+    if runtime::enabled() && runtime::process().is_some() && mpi::are_valid(comm, &[]) {
+        halo::agree_at_collective(comm);
+    }
+    mpi::barrier(comm)
+}
 
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_allreduce(

@@ -68,11 +68,12 @@ pub extern "C" fn commtune_irecv(
     post(ra, call, request)
 }
 
-/// Runs a completion call, telling the episode tracker what it completed.
+/// Runs a completion call (`blocking`: a Wait), telling the episode tracker what it completed.
 fn completion(
     ra: *const c_void,
     requests: *mut MPI_Request,
     count: c_int,
+    blocking: bool,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
     // The request being completed may be a deferred one.
@@ -80,6 +81,8 @@ fn completion(
     if !runtime::enabled() {
         return call().0;
     }
+    // SAFETY: the application's array of `count` requests, as MPI requires.
+    unsafe { halo::progress_neighbor(requests, count.max(0) as usize, blocking) };
     // SAFETY: the application's array of `count` requests, as MPI requires; the index arrays
     // `call` reports are MPI's output for the same call.
     unsafe { halo::observe(ra as usize, requests, count.max(0) as usize, call) }
@@ -125,7 +128,7 @@ pub extern "C" fn commtune_wait(
     request: *mut MPI_Request,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, || {
+    completion(ra, request, 1, true, || {
         all_or_unknown(requests::wait(request, status))
     })
 }
@@ -139,7 +142,7 @@ pub extern "C" fn commtune_waitall(
 ) -> c_int {
     // SAFETY: the application's array of `count` requests, as MPI_Waitall requires.
     let stepped = unsafe { halo::run_pairwise_steps(array, count.max(0) as usize) };
-    completion(ra, array, count, || {
+    completion(ra, array, count, true, || {
         let rc = requests::waitall(count, array, statuses);
         if rc == mpi::SUCCESS {
             // SAFETY: MPI_Waitall's status array holds `count` statuses, or is IGNORE.
@@ -157,7 +160,7 @@ pub extern "C" fn commtune_waitany(
     index: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, || {
+    completion(ra, array, count, true, || {
         any(requests::waitany(count, array, index, status), index)
     })
 }
@@ -171,7 +174,7 @@ pub extern "C" fn commtune_waitsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, || {
+    completion(ra, array, incount, true, || {
         let rc = requests::waitsome(incount, array, outcount, indices, statuses);
         some(rc, outcount, indices)
     })
@@ -184,7 +187,7 @@ pub extern "C" fn commtune_test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, || {
+    completion(ra, request, 1, false, || {
         flagged(requests::test(request, flag, status), flag)
     })
 }
@@ -197,7 +200,7 @@ pub extern "C" fn commtune_testall(
     flag: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, || {
+    completion(ra, array, count, false, || {
         flagged(requests::testall(count, array, flag, statuses), flag)
     })
 }
@@ -223,7 +226,7 @@ pub extern "C" fn commtune_testany(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, || {
+    completion(ra, array, count, false, || {
         let rc = requests::testany(count, array, index, flag, status);
         // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
         if rc == mpi::SUCCESS && unsafe { read_int(flag) } == 0 {
@@ -243,7 +246,7 @@ pub extern "C" fn commtune_testsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, || {
+    completion(ra, array, incount, false, || {
         let rc = requests::testsome(incount, array, outcount, indices, statuses);
         some(rc, outcount, indices)
     })
@@ -252,20 +255,24 @@ pub extern "C" fn commtune_testsome(
 /// A freed request is no longer the application's to complete: it leaves the episode.
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
-    halo::post_deferred();
     // SAFETY: the application's request variable, as MPI_Request_free requires.
-    if runtime::enabled()
-        && !request.is_null()
-        && halo::freeing(unsafe { requests::request_at(request, 0) })
-    {
-        // The library completes it; to the application it is freed.
-        return completion(ra, request, 1, || {
-            // SAFETY: as above.
-            unsafe { requests::set_request_at(request, 0, mpi::request_null()) };
-            (mpi::SUCCESS, Completed::All)
-        });
+    let handle = (!request.is_null()).then(|| unsafe { requests::request_at(request, 0) });
+    let taken_over = |request: *mut MPI_Request| {
+        // SAFETY: as above.
+        unsafe { requests::set_request_at(request, 0, mpi::request_null()) };
+        (mpi::SUCCESS, Completed::All)
+    };
+    if runtime::enabled() && handle.is_some_and(halo::neighbor_adopts) {
+        // Freeing cannot block: a `neighbor` instance being posted stays held.
+        // SAFETY: one writable handle.
+        return unsafe { halo::observe(ra as usize, request, 1, || taken_over(request)) };
     }
-    completion(ra, request, 1, || {
+    halo::post_deferred();
+    if runtime::enabled() && handle.is_some_and(halo::freeing) {
+        // The library completes it; to the application it is freed.
+        return completion(ra, request, 1, false, || taken_over(request));
+    }
+    completion(ra, request, 1, false, || {
         all_or_unknown(requests::request_free(request))
     })
 }
@@ -278,6 +285,10 @@ pub extern "C" fn commtune_request_get_status(
     status: *mut MPI_Status,
 ) -> c_int {
     halo::post_deferred();
+    if runtime::enabled() {
+        // SAFETY: one handle.
+        unsafe { halo::progress_neighbor(&request, 1, false) };
+    }
     let rc = requests::request_get_status(request, flag, status);
     // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
     if rc == mpi::SUCCESS && runtime::enabled() && unsafe { read_int(flag) } != 0 {

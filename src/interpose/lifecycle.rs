@@ -26,9 +26,9 @@ pub extern "C" fn commtune_init(
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_finalize() -> c_int {
     halo::post_deferred();
-    runtime::finalizing();
     if runtime::enabled() {
         halo::finalizing();
     }
+    runtime::finalizing();
     mpi::finalize()
 }

@@ -11,12 +11,14 @@ use std::ffi::c_int;
 use crate::codelets::{self, Operation};
 use crate::config::Mode;
 use crate::keys::Entry;
-use crate::{clock, runtime, tuner};
+use crate::{clock, halo, runtime, tuner};
 
 /// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
 /// forced or native codelet, measured on `entry`.
 #[inline]
 fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
+    // Every rank of the communicator is inside this call: halo episodes may be agreed on.
+    halo::agree_at_collective(call.comm());
     let config = runtime::config();
     if config.mode == Mode::Tune && config.forced(C::OP).is_none() {
         return tuner::run(call, entry);

@@ -8,6 +8,7 @@ mod calls;
 mod comm;
 pub mod datatype;
 mod flavour;
+pub mod neighbor;
 mod private;
 mod reduce;
 pub mod requests;
@@ -108,6 +109,11 @@ pub fn any_source() -> c_int {
     unsafe { ffi::RSMPI_ANY_SOURCE }
 }
 
+pub fn any_tag() -> c_int {
+    // SAFETY: reading a constant exported by mpi-sys.
+    unsafe { ffi::RSMPI_ANY_TAG }
+}
+
 pub fn is_in_place(buf: *const c_void) -> bool {
     buf == constants().in_place.cast_const()
 }
@@ -141,6 +147,12 @@ pub fn init_thread(
 pub fn finalize() -> c_int {
     // SAFETY: no arguments; the application asked for it.
     unsafe { ffi::PMPI_Finalize() }
+}
+
+/// The application's MPI_Barrier.
+pub fn barrier(comm: MPI_Comm) -> c_int {
+    // SAFETY: the application's argument, passed through unchanged.
+    unsafe { ffi::PMPI_Barrier(comm) }
 }
 
 pub fn comm_rank(comm: MPI_Comm) -> c_int {

@@ -1,0 +1,514 @@
+//! Agreement on the `neighbor` codelet: the only place where ranks talk about halo episodes.
+//!
+//! A halo episode is not a collective, so no point of it is one where every rank can wait for
+//! every other. The application's own collective calls on the episode's communicator are
+//! (MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv and MPI_Barrier, which the library intercepts; a
+//! portable program must work whether a collective synchronises or not). At some of them, the same ones on every
+//! rank (`Communicator::due`), the ranks reduce their proposals: the episode each last closed on
+//! the communicator, once it ran twice in a row at its site, its identity (site and signature ordinal) and instance count. If every rank
+//! proposes the same one at the same instance, they exchange their message lists, pair sends with
+//! receives (`edges`), build the graph, and switch at the same instance: the first that no rank
+//! has begun. Under tuning the agreed episode is tried for COMMTUNE_SAMPLES instances; at a later
+//! agreement point the slowest rank's estimate for it is compared with the slowest rank's
+//! estimate for its own best codelet, and every rank keeps or drops it from the same instance.
+//! Each communicator agrees on one episode at most; after a decision it stops checking.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::hash::BuildHasher;
+use std::sync::{Arc, LazyLock};
+
+use commtune_report::Op;
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use super::edges::{self, Message};
+use super::{Expected, Schedule};
+use crate::config::Mode;
+use crate::halo::{NEIGHBOR, episode, tuning};
+use crate::keys::Entry;
+use crate::mpi::{self, Comm, HandleBits, MPI_Comm, PointToPointKind};
+use crate::tuner::local_estimate;
+use crate::{clock, runtime};
+
+/// Consecutive instances of an episode before a rank proposes it.
+const STEADY: u64 = 2;
+/// Agreement points are the application's collective calls number 1, 2, 4, 8, then every 16th.
+const MAX_INTERVAL: u64 = 16;
+/// The tag of the message-list exchange on the private communicator.
+const LISTS_TAG: c_int = 0x6e62;
+
+/// An episode on a communicator that could run as one collective, the latest at its site.
+struct Candidate {
+    entry: &'static Entry,
+    identity: u64,
+    steady: u64,
+    messages: Vec<Expected>,
+}
+
+#[derive(Default)]
+struct Communicator {
+    collectives: u64,
+    next_check: u64,
+    interval: u64,
+    /// By site; the site of the latest closed episode is what this rank proposes.
+    candidates: HashMap<u64, Candidate>,
+    latest: Option<u64>,
+    /// The agreed episode under trial.
+    trial: Option<&'static Entry>,
+    /// No more agreement points (a decision was taken, or the communicator cannot have one).
+    settled: bool,
+    /// What the latest agreement point found, for the report.
+    outcome: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Trial,
+    Chosen,
+    Rejected,
+}
+
+/// An agreed episode on this rank.
+struct Use {
+    schedule: Arc<Schedule>,
+    /// Instances `from..until` run the collective.
+    from: u64,
+    until: u64,
+    phase: Phase,
+    samples: Vec<f64>,
+    broken: bool,
+    /// Its communicator was freed.
+    freed: bool,
+}
+
+static COMMS: LazyLock<DashMap<usize, Communicator, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+/// Keyed by the entry's address: entries live for the whole process.
+static USES: LazyLock<DashMap<usize, Use, FxBuildHasher>> = LazyLock::new(DashMap::default);
+
+fn id(entry: &Entry) -> usize {
+    std::ptr::from_ref(entry) as usize
+}
+
+/// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
+/// which MPI libraries are loaded).
+pub fn enabled() -> bool {
+    static ENABLED: LazyLock<bool> = LazyLock::new(|| {
+        let config = runtime::config();
+        let forced = config.forced(Op::Halo);
+        let asked = forced == Some(NEIGHBOR)
+            || (config.mode == Mode::Tune
+                && forced.is_none()
+                && config.halo_neighbor
+                && !config.excluded(Op::Halo, NEIGHBOR));
+        asked && mpi::sees_every_call()
+    });
+    *ENABLED
+}
+
+fn forced() -> bool {
+    runtime::config().forced(Op::Halo) == Some(NEIGHBOR)
+}
+
+/// Why an episode's messages (`ops`, in posting order) cannot travel as one neighbourhood
+/// collective, or the messages to post as one (those to MPI_PROC_NULL go as they are).
+pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>, &'static str> {
+    let real: Vec<Expected> = ops.filter(|o| o.peer != mpi::proc_null()).collect();
+    let first = real.first().ok_or("every message goes to MPI_PROC_NULL")?;
+    if real.iter().any(|o| o.comm.bits() != first.comm.bits()) {
+        return Err("its messages use several communicators");
+    }
+    if real
+        .iter()
+        .any(|o| o.peer == mpi::any_source() || o.tag == mpi::any_tag())
+    {
+        return Err("a receive names MPI_ANY_SOURCE or MPI_ANY_TAG");
+    }
+    if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
+        return Err("a count does not fit an int");
+    }
+    if mpi::is_intercomm(first.comm) {
+        return Err("its communicator is an intercommunicator");
+    }
+    Ok(real)
+}
+
+/// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
+pub fn closed(entry: &'static Entry, ops: impl Iterator<Item = Expected>) {
+    if !enabled() {
+        return;
+    }
+    let Ok(messages) = eligibility(ops) else {
+        return;
+    };
+    let Some(mut c) = communicator(messages[0].comm) else {
+        return;
+    };
+    let site = entry.site.id;
+    c.latest = Some(site);
+    match c.candidates.get_mut(&site) {
+        Some(k) if std::ptr::eq(k.entry, entry) => k.steady += 1,
+        _ => {
+            let candidate = Candidate {
+                entry,
+                identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
+                steady: 1,
+                messages,
+            };
+            c.candidates.insert(site, candidate);
+        }
+    }
+}
+
+/// The schedule the next instance of `entry` runs, if the ranks agreed to run it as a collective.
+pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
+    if !enabled() {
+        return None;
+    }
+    let u = USES.get(&id(entry))?;
+    let instance = entry.calls() + 1;
+    let usable = !u.broken && !u.freed;
+    (usable && (u.from..u.until).contains(&instance)).then(|| u.schedule.clone())
+}
+
+/// A sample of an instance of `entry` that ran the collective.
+pub fn sample(entry: &Entry, ticks: u64) {
+    if let Some(mut u) = USES.get_mut(&id(entry))
+        && u.phase == Phase::Trial
+    {
+        u.samples.push(ticks as f64);
+    }
+}
+
+/// This rank could not run an agreed instance of `entry`.
+pub fn broken(entry: &Entry, why: &str) {
+    if let Some(mut u) = USES.get_mut(&id(entry))
+        && !u.broken
+    {
+        u.broken = true;
+        entry.note(format!(
+            "halo codelet neighbor: this rank broke the agreement at instance {} ({why}); its \
+             messages went natively, and peers waiting in the collective may hang",
+            entry.calls() + 1
+        ));
+    }
+}
+
+impl Communicator {
+    /// Counts a collective call; whether it is an agreement point.
+    fn due(&mut self) -> bool {
+        self.collectives += 1;
+        if self.settled || self.collectives < self.next_check {
+            return false;
+        }
+        self.interval = (self.interval * 2).clamp(1, MAX_INTERVAL);
+        self.next_check = self.collectives + self.interval;
+        true
+    }
+}
+
+/// The application called a collective on `comm` (every rank of it does, in the same order).
+pub fn at_collective(comm: MPI_Comm) {
+    if !enabled() {
+        return;
+    }
+    let bits = comm.bits();
+    let Some((due, trial)) = communicator(comm).map(|mut c| (c.due(), c.trial)) else {
+        return;
+    };
+    if !due {
+        return;
+    }
+    if mpi::is_intercomm(comm) || mpi::comm_size(comm) < 2 {
+        settle(bits, "its communicator has one rank, or is an intercommunicator");
+        return;
+    }
+    let Ok(private) = mpi::private_comm(comm) else {
+        settle(bits, "the library could not duplicate the communicator");
+        return;
+    };
+    let agreed = match trial {
+        None => propose(bits, &private),
+        Some(entry) => evaluate(bits, entry, &private),
+    };
+    if let Err(code) = agreed {
+        settle(bits, &format!("MPI error {code} during the agreement"));
+    }
+}
+
+/// The state of the application's communicator `comm`, made on first use; None when the library
+/// cannot learn when it is freed (its handle could then name another communicator later).
+fn communicator(
+    comm: MPI_Comm,
+) -> Option<dashmap::mapref::one::RefMut<'static, usize, Communicator>> {
+    let bits = comm.bits();
+    // Outside any lock: setting the attribute may call `forget`.
+    if !COMMS.contains_key(&bits) {
+        mpi::watch(comm, forget).ok()?;
+    }
+    Some(COMMS.entry(bits).or_default())
+}
+
+fn settle(bits: usize, outcome: &str) {
+    if let Some(mut c) = COMMS.get_mut(&bits) {
+        c.settled = true;
+        c.outcome = Some(outcome.to_string());
+    }
+}
+
+fn set_outcome(bits: usize, outcome: String) {
+    if let Some(mut c) = COMMS.get_mut(&bits) {
+        c.outcome = Some(outcome);
+    }
+}
+
+/// The first instance no rank has begun: reduced from this rank's closed instances of `entry` and
+/// whether it has one open.
+fn next_instance(entry: &'static Entry) -> i64 {
+    let open = episode::open_prediction().is_some_and(|e| std::ptr::eq(e, entry));
+    entry.calls() as i64 + i64::from(open) + 1
+}
+
+/// Every rank proposes its candidate; if all propose the same episode at the same instance, the
+/// graph is built and the episode switches.
+fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
+    let (entry, identity, messages) = {
+        let c = COMMS.get(&bits);
+        let latest = c.as_ref().and_then(|c| c.candidates.get(&c.latest?));
+        let ready = latest.filter(|k| {
+            k.steady >= STEADY && (forced() || tuning::settled_estimate(k.entry).is_some())
+        });
+        match ready {
+            Some(k) => (Some(k.entry), k.identity, k.messages.clone()),
+            None => (None, 0, Vec::new()),
+        }
+    };
+    let ready = i64::from(entry.is_some());
+    let identity = (identity >> 2) as i64;
+    let closed = entry.map_or(0, |e| e.calls() as i64);
+    let next = entry.map_or(0, next_instance);
+    let mut values = [identity, -identity, closed, -closed, ready, -ready, next];
+    private.allreduce_max_i64(&mut values)?;
+    let agreed = values[4] == 1 && values[5] == -1 && values[0] == -values[1];
+    let Some(entry) = entry.filter(|_| agreed && values[2] == -values[3]) else {
+        let why = match (values[4], values[5]) {
+            (0, _) => "no rank had a repeating episode ready",
+            (_, 0) => "not every rank had this episode ready (each must have run it twice, and under tuning decided its own codelet)",
+            _ if agreed => "the ranks were at different instances of the episode",
+            _ => "the ranks were at different episodes",
+        };
+        set_outcome(bits, format!("at collective call {}: {why}", collective_number(bits)));
+        return Ok(());
+    };
+    match build(private, &messages)? {
+        Ok(schedule) => {
+            let phase = if forced() { Phase::Chosen } else { Phase::Trial };
+            USES.insert(
+                id(entry),
+                Use {
+                    schedule: Arc::new(schedule),
+                    from: values[6] as u64,
+                    until: u64::MAX,
+                    phase,
+                    samples: Vec::new(),
+                    broken: false,
+                    freed: false,
+                },
+            );
+            entry.note(format!(
+                "halo codelet neighbor: all {} ranks agreed at collective call {} on the \
+                 communicator to run it from instance {}",
+                private.size,
+                collective_number(bits),
+                values[6]
+            ));
+            if let Some(mut c) = COMMS.get_mut(&bits) {
+                c.outcome = None;
+                match phase {
+                    Phase::Trial => c.trial = Some(entry),
+                    _ => c.settled = true,
+                }
+            }
+        }
+        Err(why) => {
+            entry.note(format!("halo codelet neighbor does not apply: {why}"));
+            settle(bits, &why);
+        }
+    }
+    Ok(())
+}
+
+fn collective_number(bits: usize) -> u64 {
+    COMMS.get(&bits).map_or(0, |c| c.collectives)
+}
+
+/// Pairs every rank's sends with its peers' receives and builds the graph; Err(why) on every
+/// rank when any rank's messages do not pair.
+fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Result<Schedule, String>> {
+    let size = private.size as usize;
+    let mut sends_to = vec![0i64; size];
+    let mut receives_from = vec![0i64; size];
+    for m in messages {
+        let peer = usize::try_from(m.peer).unwrap_or(size).min(size - 1);
+        match m.kind {
+            PointToPointKind::Send => sends_to[peer] += 1,
+            PointToPointKind::Recv => receives_from[peer] += 1,
+        }
+    }
+    let sent_here = private.alltoall_i64(&sends_to)?;
+    let counted = if sent_here == receives_from {
+        Ok(())
+    } else {
+        Err("the number of messages a peer sends this rank differs from the number it receives".to_string())
+    };
+    if let Err(why) = all_ok(private, counted)? {
+        return Ok(Err(why));
+    }
+    let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype);
+    let mut lists: HashMap<c_int, Vec<i64>> = HashMap::new();
+    for m in messages.iter().filter(|m| m.kind == PointToPointKind::Send) {
+        lists.entry(m.peer).or_default().extend([i64::from(m.tag), bytes(m)]);
+    }
+    let sends: Vec<(c_int, Vec<i64>)> = lists.into_iter().collect();
+    let recvs: Vec<(c_int, usize)> = (0..size)
+        .filter(|&r| sent_here[r] > 0)
+        .map(|r| (r as c_int, 2 * sent_here[r] as usize))
+        .collect();
+    let received = private.exchange_i64(&sends, &recvs, LISTS_TAG)?;
+    let incoming: HashMap<i32, Vec<(i32, i64)>> = recvs
+        .iter()
+        .zip(received)
+        .map(|(&(from, _), list)| {
+            (from, list.chunks_exact(2).map(|p| (p[0] as i32, p[1])).collect())
+        })
+        .collect();
+    let mine: Vec<Message> = messages
+        .iter()
+        .map(|m| Message {
+            send: m.kind == PointToPointKind::Send,
+            peer: m.peer,
+            tag: m.tag,
+            bytes: bytes(m),
+        })
+        .collect();
+    let paired = edges::pair(&mine, &incoming);
+    let edges = match all_ok(private, paired)? {
+        Ok(edges) => edges,
+        Err(why) => return Ok(Err(why)),
+    };
+    let graph = private.dist_graph(&edges.sources, &edges.destinations)?;
+    Ok(Ok(Schedule {
+        messages: messages.to_vec(),
+        blocks: edges.blocks,
+        sends: edges.destinations.len(),
+        graph,
+    }))
+}
+
+/// Whether every rank's `local` is Ok: this rank's value, or why not (its own reason, or that
+/// another rank's messages did not pair).
+fn all_ok<T>(private: &Comm, local: Result<T, String>) -> mpi::datatype::MpiResult<Result<T, String>> {
+    let mut failed = [i64::from(local.is_err())];
+    private.allreduce_max_i64(&mut failed)?;
+    Ok(match local {
+        Ok(_) if failed[0] != 0 => Err("another rank's messages do not pair with its peers'".into()),
+        other => other,
+    })
+}
+
+/// Ends the trial of `entry` once every rank has its samples: the slowest rank's estimates
+/// decide, the same everywhere.
+fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype::MpiResult {
+    let config = runtime::config();
+    let (samples, neighbor, broken) = {
+        let Some(u) = USES.get(&id(entry)) else {
+            return Ok(());
+        };
+        let estimate = local_estimate(
+            config.tuning.filter,
+            &[(NEIGHBOR, u.samples.clone())],
+            NEIGHBOR,
+        );
+        (u.samples.len() as f64, estimate.location, u.broken)
+    };
+    let best = tuning::settled_estimate(entry).unwrap_or(f64::INFINITY);
+    let mut values = [
+        -samples,
+        neighbor,
+        best,
+        f64::from(u8::from(broken)),
+        next_instance(entry) as f64,
+    ];
+    private.allreduce_max_f64(&mut values)?;
+    let enough = -values[0] >= f64::from(config.tuning.samples);
+    if !enough && values[3] == 0.0 {
+        return Ok(());
+    }
+    let kept = values[3] == 0.0 && values[1] < values[2] * (1.0 - config.tuning.min_gain);
+    if let Some(mut u) = USES.get_mut(&id(entry)) {
+        u.phase = if kept { Phase::Chosen } else { Phase::Rejected };
+        if !kept {
+            u.until = values[4] as u64;
+        }
+    }
+    let us = clock::ns_per_tick() / 1e3;
+    entry.note(format!(
+        "halo codelet neighbor {} at collective call {}: {:.1} us against {:.1} us for the \
+         ranks' own codelets (the slowest rank's estimates){}",
+        if kept { "kept" } else { "dropped" },
+        collective_number(bits),
+        values[1] * us,
+        values[2] * us,
+        if values[3] != 0.0 { "; a rank broke the agreement" } else { "" }
+    ));
+    if let Some(mut c) = COMMS.get_mut(&bits) {
+        c.trial = None;
+        c.settled = true;
+    }
+    Ok(())
+}
+
+/// Whether `entry` runs the collective for good (the report names it the winner).
+pub fn chosen(entry: &Entry) -> bool {
+    USES.get(&id(entry))
+        .is_some_and(|u| u.phase == Phase::Chosen && !u.broken)
+}
+
+/// The application freed `comm`: its graph too (every rank is inside MPI_Comm_free), and its
+/// agreed episodes never run the collective again (a new communicator may reuse the handle).
+fn forget(bits: usize) {
+    if COMMS.remove(&bits).is_none() {
+        return;
+    }
+    let mut graphs = Vec::new();
+    for mut u in USES.iter_mut() {
+        if u.schedule.messages.first().is_some_and(|m| m.comm.bits() == bits) && !u.freed {
+            u.freed = true;
+            graphs.push(u.schedule.graph.raw);
+        }
+    }
+    graphs.into_iter().for_each(mpi::comm_free);
+}
+
+/// Before the report: each communicator's candidate that never ran the collective says why.
+pub fn finalizing() {
+    for c in COMMS.iter() {
+        let other = c.candidates.values().any(|k| USES.contains_key(&id(k.entry)));
+        let why = c.outcome.clone().unwrap_or_else(|| {
+            if other {
+                return "the ranks agreed on another episode of its communicator (one at most)"
+                    .into();
+            }
+            "the application made no MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier \
+             on the episode's communicator after the episode repeated (ranks agree only there)"
+                .into()
+        });
+        for k in c.candidates.values() {
+            if !USES.contains_key(&id(k.entry)) {
+                k.entry
+                    .note(format!("halo codelet neighbor was not agreed: {why}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The `neighbor` halo codelet: an episode's messages travel as one MPI_Ineighbor_alltoallw on a
+//! distributed-graph communicator built for the episode (`agree`). The application receives a
+//! generalized request for each Isend/Irecv; they complete, with the statuses point-to-point
+//! would give, when the collective does.
+//!
+//! Unlike the other halo codelets this one changes which messages match: a rank running it talks
+//! only to peers running it for the same instance. So it runs only on instances every rank of the
+//! communicator agreed to (`agree`), and each rank holds its posts until the episode's last
+//! message is posted, then starts the collective. A rank whose episode then differs from the
+//! agreed one, or that makes another MPI call before posting all of it, cannot keep the
+//! agreement: it posts what it holds natively and says so in the report (peers that started the
+//! collective wait for it; see the requirements).
+
+mod agree;
+mod edges;
+
+pub use agree::{at_collective, chosen, closed, eligibility, enabled as may_agree, sample};
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::deferred;
+use crate::keys::Entry;
+use crate::mpi::neighbor::{Arrays, Block, Generalized, Reported, finish};
+use crate::mpi::requests::{request_at, set_request_at};
+use crate::mpi::{
+    self, Comm, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
+    PointToPointKind,
+};
+
+pub const REQUIRES: &[&str] = &[
+    "COMMTUNE_HALO_NEIGHBOR=on (tuning) or COMMTUNE_FORCE=halo=neighbor",
+    "every rank of the communicator runs the episode, and the ranks agree inside the application's MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier on it",
+    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
+    "one intracommunicator, named peers and tags (no wildcards), int counts, each receive the size of its send",
+    "every message of the episode posted before any other MPI call, the same messages at every instance",
+];
+
+/// One message of an episode, as a post must look to be the agreed one.
+#[derive(Clone, Copy)]
+pub struct Expected {
+    pub kind: PointToPointKind,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub count: i64,
+    pub datatype: MPI_Datatype,
+    pub comm: MPI_Comm,
+}
+
+impl Expected {
+    fn is(&self, call: &PointToPoint) -> bool {
+        self.kind == call.kind
+            && self.peer == call.peer
+            && self.tag == call.tag
+            && self.count == call.count
+            && self.datatype.bits() == call.datatype.bits()
+            && self.comm.bits() == call.comm.bits()
+    }
+}
+
+// SAFETY: MPI handles may be used from any thread (MPI_THREAD_MULTIPLE).
+unsafe impl Send for Expected {}
+// SAFETY: as above.
+unsafe impl Sync for Expected {}
+
+/// An agreed episode: its messages (not those to MPI_PROC_NULL) and the graph that carries them.
+pub struct Schedule {
+    messages: Vec<Expected>,
+    /// Per message, its block among the collective's sends or receives.
+    blocks: Vec<usize>,
+    sends: usize,
+    graph: Comm,
+}
+
+/// An instance being posted: the messages so far, each with the request the application holds.
+struct Holding {
+    schedule: Arc<Schedule>,
+    entry: &'static Entry,
+    posted: Vec<(PointToPoint, Generalized)>,
+}
+
+/// A request of the library's whose completion completes the application's requests.
+struct Carrier {
+    request: MPI_Request,
+    /// The collective's argument arrays, which MPI reads until it completes.
+    _arrays: Option<Arrays>,
+    members: Vec<Generalized>,
+    /// A native message whose status the member reports (else the members report what they were
+    /// posted with).
+    native: bool,
+}
+
+// SAFETY: request handles may be completed from any thread (MPI_THREAD_MULTIPLE).
+unsafe impl Send for Carrier {}
+
+thread_local! {
+    static HOLDING: RefCell<Option<Holding>> = const { RefCell::new(None) };
+}
+
+static CARRIERS: Mutex<Vec<Carrier>> = Mutex::new(Vec::new());
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// At an episode's first post: whether this instance of `entry` (the key the episode is
+/// predicted to be) runs as an agreed neighbourhood collective; if so the posts are held.
+pub fn begins(entry: &'static Entry) -> bool {
+    flush();
+    let Some(schedule) = agree::schedule_for(entry) else {
+        return false;
+    };
+    HOLDING.set(Some(Holding {
+        posted: Vec::with_capacity(schedule.messages.len()),
+        schedule,
+        entry,
+    }));
+    deferred::hold(deferred::NEIGHBOR);
+    true
+}
+
+/// Posts `call`, an Isend or Irecv of an episode that runs `neighbor`; returns MPI's code and
+/// whether the codelet applied.
+pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
+    if call.peer == mpi::proc_null() {
+        return (call.native(request), true);
+    }
+    HOLDING.with_borrow_mut(|holding| {
+        let Some(h) = holding else {
+            return (call.native(request), false);
+        };
+        let next = h.posted.len();
+        let reported = Reported {
+            source: call.peer,
+            tag: call.tag,
+            count: if call.kind == PointToPointKind::Recv {
+                call.count
+            } else {
+                0
+            },
+            datatype: call.datatype,
+        };
+        let generalized = match h.schedule.messages.get(next) {
+            Some(expected) if expected.is(call) => Generalized::start(reported).ok(),
+            _ => None,
+        };
+        let Some(generalized) = generalized else {
+            break_off(holding.take(), "its messages differ from the agreed episode's");
+            return (call.native(request), false);
+        };
+        // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
+        unsafe { set_request_at(request, 0, generalized.handle()) };
+        h.posted.push((*call, generalized));
+        if h.posted.len() == h.schedule.messages.len() {
+            let full = holding.take();
+            start(full);
+        }
+        (mpi::SUCCESS, true)
+    })
+}
+
+/// Starts the collective of a fully posted instance.
+fn start(holding: Option<Holding>) {
+    let Some(h) = holding else { return };
+    deferred::release(deferred::NEIGHBOR);
+    let empty = Block {
+        buf: std::ptr::null_mut(),
+        count: 0,
+        datatype: mpi::constants().byte,
+    };
+    let s = &h.schedule;
+    let mut sends = vec![empty; s.sends];
+    let mut recvs = vec![empty; s.messages.len() - s.sends];
+    for ((call, _), &block) in h.posted.iter().zip(&s.blocks) {
+        let into = match call.kind {
+            PointToPointKind::Send => &mut sends,
+            PointToPointKind::Recv => &mut recvs,
+        };
+        into[block] = Block {
+            buf: call.buf,
+            count: call.count as c_int,
+            datatype: call.datatype,
+        };
+    }
+    match s.graph.ineighbor_alltoallw(&sends, &recvs) {
+        Ok((request, arrays)) => carry(Carrier {
+            request,
+            _arrays: Some(arrays),
+            members: h.posted.into_iter().map(|(_, g)| g).collect(),
+            native: false,
+        }),
+        Err(_) => break_off(Some(h), "MPI refused the neighbourhood collective"),
+    }
+}
+
+fn carry(carrier: Carrier) {
+    CARRIERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(carrier);
+    IN_FLIGHT.fetch_add(1, Ordering::Release);
+}
+
+/// The instance cannot run as agreed: what it holds is posted natively, each message completing
+/// its application request.
+fn break_off(holding: Option<Holding>, why: &str) {
+    let Some(h) = holding else { return };
+    deferred::release(deferred::NEIGHBOR);
+    agree::broken(h.entry, why);
+    for (call, generalized) in h.posted {
+        let mut request = mpi::request_null();
+        if call.native(&mut request) == mpi::SUCCESS {
+            carry(Carrier {
+                request,
+                _arrays: None,
+                members: vec![generalized],
+                native: true,
+            });
+        } else {
+            generalized.complete(None);
+        }
+    }
+}
+
+/// The application frees `request` (MPI_Request_free): true when it is one of the library's
+/// generalized requests, which the library then frees itself once its message has gone. Freeing
+/// cannot block, so an instance being posted keeps being held.
+pub fn adopt(request: MPI_Request) -> bool {
+    let bits = request.bits();
+    HOLDING.with_borrow_mut(|h| {
+        h.as_mut()
+            .is_some_and(|h| mark_adopted(h.posted.iter_mut().map(|(_, g)| g), bits))
+    }) || (IN_FLIGHT.load(Ordering::Acquire) > 0
+        && CARRIERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+            .any(|c| mark_adopted(c.members.iter_mut(), bits)))
+}
+
+fn mark_adopted<'a>(mut members: impl Iterator<Item = &'a mut Generalized>, bits: usize) -> bool {
+    members
+        .find(|g| g.handle().bits() == bits)
+        .map(|g| g.adopted = true)
+        .is_some()
+}
+
+/// Another MPI call came before the instance was fully posted (`deferred`).
+pub fn flush() {
+    let holding = HOLDING.take();
+    if holding.is_some() {
+        break_off(
+            holding,
+            "another MPI call came before all its messages were posted",
+        );
+    }
+}
+
+/// Before a completion call over `requests[..count]`: completes the application's requests whose
+/// collectives (or native messages) are done. With `wait`, the collectives of requests in the
+/// array are waited for: every rank started its collective before any completion call.
+///
+/// # Safety
+/// `requests` holds `count` handles.
+pub unsafe fn progress(requests: *const MPI_Request, count: usize, wait: bool) {
+    if IN_FLIGHT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    // SAFETY: `requests` holds `count` handles (this function's contract).
+    let asked: Vec<usize> = (0..count)
+        .map(|i| unsafe { request_at(requests, i) }.bits())
+        .collect();
+    let waited: Vec<Carrier> = {
+        let mut carriers = CARRIERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waited = Vec::new();
+        let mut kept = Vec::with_capacity(carriers.len());
+        for mut c in carriers.drain(..) {
+            if wait && c.members.iter().any(|g| asked.contains(&g.handle().bits())) {
+                waited.push(c);
+            } else if let Some(status) = finish(&mut c.request, false) {
+                complete(c, &status);
+            } else {
+                kept.push(c);
+            }
+        }
+        *carriers = kept;
+        waited
+    };
+    // Outside the lock: another thread may progress its own collectives meanwhile.
+    for mut c in waited {
+        match finish(&mut c.request, true) {
+            Some(status) => complete(c, &status),
+            None => carry(c),
+        }
+    }
+}
+
+fn complete(carrier: Carrier, status: &MPI_Status) {
+    IN_FLIGHT.fetch_sub(1, Ordering::Release);
+    let status = carrier.native.then_some(status);
+    carrier.members.into_iter().for_each(|g| g.complete(status));
+}
+
+/// MPI_Finalize is near: completes what has finished (the application should have completed its
+/// requests; a collective still running is left to MPI).
+pub fn finalizing() {
+    // SAFETY: an empty array.
+    unsafe { progress(std::ptr::null(), 0, false) };
+    agree::finalizing();
+}

@@ -1,0 +1,274 @@
+//! The raw calls behind the `neighbor` halo codelet: a distributed-graph communicator, the
+//! nonblocking neighbourhood alltoallw, the small exchanges that build it, and generalized
+//! requests, which stand for the application's Isend/Irecv handles while one collective carries
+//! their messages.
+
+use std::ffi::{c_int, c_void};
+
+use mpi_sys as ffi;
+
+use super::datatype::{Buf, MpiResult, check};
+use super::{Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status, Requests, SUCCESS};
+
+/// One block of a neighbourhood alltoallw: the application's buffer of one message.
+#[derive(Clone, Copy)]
+pub struct Block {
+    pub buf: *mut c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+}
+
+impl Comm {
+    /// MPI_Alltoall of one i64 per rank.
+    pub fn alltoall_i64(&self, send: &[i64]) -> MpiResult<Vec<i64>> {
+        let mut recv = vec![0i64; send.len()];
+        // SAFETY: both vectors hold one i64 per rank of the communicator.
+        check(unsafe {
+            ffi::PMPI_Alltoall(
+                send.as_ptr().cast(),
+                1,
+                ffi::RSMPI_INT64_T,
+                recv.as_mut_ptr().cast(),
+                1,
+                ffi::RSMPI_INT64_T,
+                self.raw,
+            )
+        })?;
+        Ok(recv)
+    }
+
+    /// Sends each list of `sends` to its peer and receives a list of the given length from each
+    /// peer of `recvs`, on `tag`; returns the received lists in the order of `recvs`.
+    pub fn exchange_i64(
+        &self,
+        sends: &[(c_int, Vec<i64>)],
+        recvs: &[(c_int, usize)],
+        tag: c_int,
+    ) -> MpiResult<Vec<Vec<i64>>> {
+        // SAFETY: reading a constant exported by mpi-sys.
+        let int64 = unsafe { ffi::RSMPI_INT64_T };
+        let mut lists: Vec<Vec<i64>> = recvs.iter().map(|&(_, n)| vec![0; n]).collect();
+        let mut requests = Requests::new(0);
+        for ((from, _), list) in recvs.iter().zip(&mut lists) {
+            let buf = Buf::new(list.as_mut_ptr().cast(), list.len() as i64, int64)?;
+            requests.push(self.irecv(&buf, *from, tag)?);
+        }
+        for (to, list) in sends {
+            let buf = Buf::new(list.as_ptr().cast_mut().cast(), list.len() as i64, int64)?;
+            requests.push(self.isend(&buf, *to, tag)?);
+        }
+        requests.waitall()?;
+        Ok(lists)
+    }
+
+    /// A communicator with the distributed-graph topology `sources` → this rank → `destinations`
+    /// (edges in order, repeated peers allowed), ranks kept. Collective.
+    pub fn dist_graph(&self, sources: &[c_int], destinations: &[c_int]) -> MpiResult<Comm> {
+        let indegree = c_int::try_from(sources.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let outdegree =
+            c_int::try_from(destinations.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
+        let mut graph = self.raw;
+        // SAFETY: the arrays hold the degrees given; writes one handle.
+        check(unsafe {
+            ffi::PMPI_Dist_graph_create_adjacent(
+                self.raw,
+                indegree,
+                sources.as_ptr(),
+                ffi::RSMPI_UNWEIGHTED(),
+                outdegree,
+                destinations.as_ptr(),
+                ffi::RSMPI_UNWEIGHTED(),
+                ffi::RSMPI_INFO_NULL,
+                0,
+                &mut graph,
+            )
+        })?;
+        // SAFETY: sets the error handler of our own communicator.
+        check(unsafe { ffi::PMPI_Comm_set_errhandler(graph, ffi::RSMPI_ERRORS_RETURN) })?;
+        Ok(Comm {
+            raw: graph,
+            rank: self.rank,
+            size: self.size,
+        })
+    }
+
+    /// Starts MPI_Ineighbor_alltoallw on this graph communicator: `sends[i]` goes to destination
+    /// edge `i`, `recvs[j]` comes from source edge `j`. The arrays it returns must live until the
+    /// request completes (MPI may read them until then).
+    pub fn ineighbor_alltoallw(
+        &self,
+        sends: &[Block],
+        recvs: &[Block],
+    ) -> MpiResult<(MPI_Request, Arrays)> {
+        let arrays = Arrays {
+            sends: columns(sends),
+            recvs: columns(recvs),
+        };
+        let (send_base, send_counts, send_displs, send_types) = &arrays.sends;
+        let (recv_base, recv_counts, recv_displs, recv_types) = &arrays.recvs;
+        let mut request = super::request_null();
+        // SAFETY: every block is an application buffer whose Isend/Irecv the collective
+        // replaces; they stay valid until the application completes those requests, which it
+        // cannot before this request completes. Displacements are relative to the base.
+        check(unsafe {
+            ffi::PMPI_Ineighbor_alltoallw(
+                *send_base,
+                send_counts.as_ptr(),
+                send_displs.as_ptr(),
+                send_types.as_ptr(),
+                *recv_base,
+                recv_counts.as_ptr(),
+                recv_displs.as_ptr(),
+                recv_types.as_ptr(),
+                self.raw,
+                &mut request,
+            )
+        })?;
+        Ok((request, arrays))
+    }
+}
+
+type Columns = (*mut c_void, Vec<c_int>, Vec<ffi::MPI_Aint>, Vec<MPI_Datatype>);
+
+/// The argument arrays of a neighbourhood alltoallw in flight.
+pub struct Arrays {
+    sends: Columns,
+    recvs: Columns,
+}
+
+// SAFETY: plain arrays and an address MPI reads; nothing here is dereferenced by Rust.
+unsafe impl Send for Arrays {}
+
+/// The base address and the count, displacement and datatype arrays of `blocks`.
+fn columns(blocks: &[Block]) -> Columns {
+    let base = blocks
+        .iter()
+        .map(|b| b.buf)
+        .min()
+        .unwrap_or(std::ptr::null_mut());
+    let displs = blocks
+        .iter()
+        .map(|b| (b.buf as isize - base as isize) as ffi::MPI_Aint)
+        .collect();
+    let counts = blocks.iter().map(|b| b.count).collect();
+    let types = blocks.iter().map(|b| b.datatype).collect();
+    (base, counts, displs, types)
+}
+
+/// What a generalized request reports in its status when it completes: the received message's
+/// source, tag and size, or for a send nothing.
+pub struct Reported {
+    pub source: c_int,
+    pub tag: c_int,
+    pub count: MPI_Count,
+    pub datatype: MPI_Datatype,
+}
+
+/// A generalized request the library completes; its status says what `Reported` says.
+pub struct Generalized {
+    handle: MPI_Request,
+    reported: *mut Reported,
+    /// The application freed it (MPI_Request_free): the library frees it once complete.
+    pub adopted: bool,
+}
+
+// SAFETY: a request handle may be completed from any thread (MPI_THREAD_MULTIPLE); `reported` is
+// only touched before completion, by whichever thread completes it.
+unsafe impl Send for Generalized {}
+
+impl Generalized {
+    pub fn start(reported: Reported) -> MpiResult<Generalized> {
+        let reported = Box::into_raw(Box::new(reported));
+        let mut handle = super::request_null();
+        // SAFETY: the callbacks below read and free `reported`, which MPI hands back to them.
+        let rc = unsafe {
+            ffi::PMPI_Grequest_start(
+                Some(query),
+                Some(free),
+                Some(cancel),
+                reported.cast(),
+                &mut handle,
+            )
+        };
+        if rc != SUCCESS {
+            // SAFETY: MPI did not take it: still ours alone.
+            drop(unsafe { Box::from_raw(reported) });
+            return Err(rc);
+        }
+        Ok(Generalized {
+            handle,
+            reported,
+            adopted: false,
+        })
+    }
+
+    pub fn handle(&self) -> MPI_Request {
+        self.handle
+    }
+
+    /// Completes the request, its status first updated from `status` (a message received by a
+    /// request of the library's) when given.
+    pub fn complete(self, status: Option<&MPI_Status>) {
+        if let Some(status) = status {
+            let mut count: MPI_Count = 0;
+            // SAFETY: MPI completed `status`; MPI frees `reported` only after completion below.
+            unsafe {
+                let reported = &mut *self.reported;
+                if ffi::PMPI_Get_elements_x(status, reported.datatype, &mut count) == SUCCESS {
+                    reported.count = count;
+                }
+                reported.source = status.MPI_SOURCE;
+                reported.tag = status.MPI_TAG;
+            }
+        }
+        let mut handle = self.handle;
+        // SAFETY: a generalized request this module started, completed once; freed here only if
+        // the application gave it up.
+        unsafe {
+            ffi::PMPI_Grequest_complete(handle);
+            if self.adopted {
+                ffi::PMPI_Request_free(&mut handle);
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn query(extra: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: `extra` is the Reported this module boxed; `status` is MPI's to fill.
+    unsafe {
+        let reported = &*extra.cast::<Reported>();
+        ffi::PMPI_Status_set_elements_x(status, reported.datatype, reported.count);
+        ffi::PMPI_Status_set_cancelled(status, 0);
+        (*status).MPI_SOURCE = reported.source;
+        (*status).MPI_TAG = reported.tag;
+        (*status).MPI_ERROR = SUCCESS;
+    }
+    SUCCESS
+}
+
+unsafe extern "C" fn free(extra: *mut c_void) -> c_int {
+    // SAFETY: MPI calls this once, after completion, with the Reported this module boxed.
+    drop(unsafe { Box::from_raw(extra.cast::<Reported>()) });
+    SUCCESS
+}
+
+/// The messages travel inside a collective, which cannot be cancelled: MPI_Cancel succeeds and
+/// the request completes normally, as the standard allows for a message already under way.
+unsafe extern "C" fn cancel(_extra: *mut c_void, _complete: c_int) -> c_int {
+    SUCCESS
+}
+
+/// Waits for (`wait`) or tests one of the library's requests; its status once complete.
+pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<MPI_Status> {
+    let mut status = super::requests::empty_status();
+    let mut flag = 1;
+    // SAFETY: an active request of the library's; MPI writes the flag and the status.
+    let rc = unsafe {
+        if wait {
+            ffi::PMPI_Wait(request, &mut status)
+        } else {
+            ffi::PMPI_Test(request, &mut flag, &mut status)
+        }
+    };
+    (rc != SUCCESS || flag != 0).then_some(status)
+}
