@@ -12,7 +12,17 @@ use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
 use serde_json::Value;
 
 /// The halo codelets (`commtune codelets`), native first.
-const CODELETS: &[&str] = &["native", "persistent", "irecv_first", "pack", "pairwise"];
+const CODELETS: &[&str] = &[
+    "native",
+    "persistent",
+    "irecv_first",
+    "pack",
+    "pairwise",
+    "neighbor",
+];
+
+/// What the report says about an episode `neighbor` never ran on.
+const NOT_AGREED: &str = "halo codelet neighbor was not agreed";
 
 /// Stencil arguments: DIMS N WIDTH PERIODIC ITERATIONS COMPLETION INTERLEAVE ORDER.
 const CASES: &[&str] = &[
@@ -69,9 +79,18 @@ fn stencil(flavour: Flavour, np: usize, cases: &[&str], dir: &Path) {
                     "the report says why irecv_first cannot help: {site:#}"
                 );
             }
+            // Ranks agree on `neighbor` only inside collective calls (the INTERLEAVE ones).
+            let agreement_points = case.contains("allreduce") || case.contains("both");
+            if codelet == "neighbor" {
+                let ran = codelet_calls(site, codelet) > 0;
+                let why = site["notes"].to_string().contains(NOT_AGREED);
+                assert!(
+                    if agreement_points { ran } else { why },
+                    "{flavour:?} stencil {case}: neighbor ran {ran}, said why not {why}: {site:#}"
+                );
             // Sends freed by the application make every episode mixed (they are new messages
             // each time), and non-periodic runs on few ranks may have only MPI_PROC_NULL peers.
-            if codelet != "native" && !case.contains("free_sends") && args[3] == "1" {
+            } else if codelet != "native" && !case.contains("free_sends") && args[3] == "1" {
                 assert!(
                     codelet_calls(site, codelet) > 0,
                     "{flavour:?} stencil {case}: no episode used {codelet}: {site:#}"
@@ -100,7 +119,8 @@ fn stencils_under_every_halo_codelet_mpich_4_ranks() {
 }
 
 /// Tunes the stencil with delays that make each halo codelet in turn the known winner: the
-/// checksum stays the native one and the report names the winner.
+/// checksum stays the native one and the report names the winner. The cases have a collective
+/// call in each iteration, where the ranks agree to try `neighbor`.
 fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Path) {
     let program = compile(flavour, "stencil.c", dir);
     let args: Vec<&str> = case.split_whitespace().collect();
@@ -114,6 +134,7 @@ fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Pa
         let job = run(flavour, np, &program, dir)
             .args(&args)
             .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_HALO_NEIGHBOR", "on")
             .env("COMMTUNE_TIMING", timing)
             .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
             .go();
@@ -138,14 +159,14 @@ fn tuning_finds_the_known_winner_openmpi_4_ranks() {
     tuned_stencil(
         OpenMpi,
         4,
-        "2 12 1 1 100 waitall none sends_first",
+        "2 12 1 1 200 waitall allreduce sends_first",
         "local",
         &dir,
     );
     tuned_stencil(
         OpenMpi,
         4,
-        "3 6 1 1 100 testsome recv mixed",
+        "3 6 1 1 200 testsome both mixed",
         "period",
         &dir,
     );
@@ -157,7 +178,7 @@ fn tuning_finds_the_known_winner_mpich_2_ranks() {
     tuned_stencil(
         Mpich,
         2,
-        "2 12 2 1 100 waitany allreduce sends_first",
+        "2 12 2 1 200 waitany allreduce sends_first",
         "local",
         &dir,
     );
@@ -184,14 +205,39 @@ fn tuning_reports_codelets_that_do_not_apply() {
     );
 }
 
+/// Without COMMTUNE_HALO_NEIGHBOR=on tuning never tries `neighbor` (ranks would have to agree,
+/// and an episode that later changes on one rank would hang its peers), and says so.
+#[test]
+fn tuning_tries_neighbor_only_when_asked() {
+    let dir = scratch("halo-tune-no-neighbor");
+    let program = compile(OpenMpi, "stencil.c", &dir);
+    let job = run(OpenMpi, 2, &program, &dir)
+        .args(&["2", "8", "1", "1", "60", "waitall", "allreduce"])
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    let report = job.report();
+    let site = halo_site(&report);
+    assert_eq!(codelet_calls(site, "neighbor"), 0, "{site:#}");
+    assert!(
+        site["notes"]
+            .to_string()
+            .contains("halo codelet neighbor is not tried"),
+        "{site:#}"
+    );
+}
+
 /// Runs `source` on `np` ranks under every forced halo codelet: the program prints `correct`
-/// after its own checks, and the codelet ran at the sites of line `line` (any site when None).
+/// after its own checks, and the codelet ran at the sites of line `line` (any site when None);
+/// `neighbor` only if `agrees` (the program has collective calls between repeated episodes on
+/// every rank), else the report says why not.
 fn under_every_codelet(
     flavour: Flavour,
     np: usize,
     source: &str,
     correct: &str,
     line: Option<u64>,
+    agrees: bool,
 ) {
     let stem = source.trim_end_matches(".c");
     let dir = scratch(&format!("halo-{stem}-{}", flavour.name()));
@@ -213,7 +259,14 @@ fn under_every_codelet(
             .filter(|s| line.is_none_or(|l| s["line"].as_u64() == Some(l)))
             .map(|s| codelet_calls(s, codelet))
             .sum();
-        assert!(used > 0, "halo={codelet} never ran: {report:#}");
+        if codelet == "neighbor" && !agrees {
+            assert!(
+                report.to_string().contains(NOT_AGREED),
+                "{source}: no reason why neighbor never ran: {report:#}"
+            );
+        } else {
+            assert!(used > 0, "halo={codelet} never ran: {report:#}");
+        }
     }
 }
 
@@ -221,7 +274,7 @@ fn under_every_codelet(
 /// MPI_Request_free behave as the standard says under every halo codelet.
 fn request_semantics(flavour: Flavour) {
     let correct = "request_semantics: results correct";
-    under_every_codelet(flavour, 2, "request_semantics.c", correct, None);
+    under_every_codelet(flavour, 2, "request_semantics.c", correct, None, true);
 }
 
 #[test]
@@ -246,6 +299,7 @@ fn deferral(flavour: Flavour) {
         "deferral.c",
         "deferral: results correct",
         Some(line),
+        false,
     );
 }
 
@@ -264,11 +318,11 @@ fn deferred_sends_never_deadlock_mpich() {
 #[test]
 fn split_episodes_never_deadlock_openmpi() {
     let correct = "split_episodes: results correct";
-    under_every_codelet(OpenMpi, 3, "split_episodes.c", correct, None);
+    under_every_codelet(OpenMpi, 3, "split_episodes.c", correct, None, false);
 }
 
 #[test]
 fn split_episodes_never_deadlock_mpich() {
     let correct = "split_episodes: results correct";
-    under_every_codelet(Mpich, 3, "split_episodes.c", correct, None);
+    under_every_codelet(Mpich, 3, "split_episodes.c", correct, None, false);
 }

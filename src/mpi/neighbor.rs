@@ -128,7 +128,12 @@ impl Comm {
     }
 }
 
-type Columns = (*mut c_void, Vec<c_int>, Vec<ffi::MPI_Aint>, Vec<MPI_Datatype>);
+type Columns = (
+    *mut c_void,
+    Vec<c_int>,
+    Vec<ffi::MPI_Aint>,
+    Vec<MPI_Datatype>,
+);
 
 /// The argument arrays of a neighbourhood alltoallw in flight.
 pub struct Arrays {
@@ -156,12 +161,11 @@ fn columns(blocks: &[Block]) -> Columns {
 }
 
 /// What a generalized request reports in its status when it completes: the received message's
-/// source, tag and size, or for a send nothing.
+/// source, tag and size in bytes (a send's status is not defined; it says 0 bytes).
 pub struct Reported {
     pub source: c_int,
     pub tag: c_int,
-    pub count: MPI_Count,
-    pub datatype: MPI_Datatype,
+    pub bytes: MPI_Count,
 }
 
 /// A generalized request the library completes; its status says what `Reported` says.
@@ -210,12 +214,13 @@ impl Generalized {
     /// request of the library's) when given.
     pub fn complete(self, status: Option<&MPI_Status>) {
         if let Some(status) = status {
-            let mut count: MPI_Count = 0;
+            let mut bytes: MPI_Count = 0;
             // SAFETY: MPI completed `status`; MPI frees `reported` only after completion below.
             unsafe {
                 let reported = &mut *self.reported;
-                if ffi::PMPI_Get_elements_x(status, reported.datatype, &mut count) == SUCCESS {
-                    reported.count = count;
+                if ffi::PMPI_Get_elements_x(status, super::constants().byte, &mut bytes) == SUCCESS
+                {
+                    reported.bytes = bytes;
                 }
                 reported.source = status.MPI_SOURCE;
                 reported.tag = status.MPI_TAG;
@@ -237,7 +242,9 @@ unsafe extern "C" fn query(extra: *mut c_void, status: *mut MPI_Status) -> c_int
     // SAFETY: `extra` is the Reported this module boxed; `status` is MPI's to fill.
     unsafe {
         let reported = &*extra.cast::<Reported>();
-        ffi::PMPI_Status_set_elements_x(status, reported.datatype, reported.count);
+        // Bytes as elements of MPI_BYTE: MPI_Get_count with the receive's datatype
+        // then divides by its size, as for a point-to-point receive.
+        ffi::PMPI_Status_set_elements_x(status, super::constants().byte, reported.bytes);
         ffi::PMPI_Status_set_cancelled(status, 0);
         (*status).MPI_SOURCE = reported.source;
         (*status).MPI_TAG = reported.tag;

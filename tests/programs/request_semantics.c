@@ -2,7 +2,9 @@
  * strided (MPI_Type_vector) data, so that every halo codelet applies: a message shorter than the
  * receive leaves the rest of the buffer unchanged and the status counts what arrived;
  * MPI_Request_get_status reporting completion means the data is in the buffer; a cancelled
- * receive leaves the buffer unchanged; a send freed with MPI_Request_free still arrives.
+ * receive leaves the buffer unchanged; a send freed with MPI_Request_free still arrives; a
+ * request polled with MPI_Request_get_status and then completed reports its message both times.
+ * A barrier ends each iteration (where ranks may agree on the `neighbor` codelet).
  * Run with 2 ranks; rank 0 prints "request_semantics: results correct". */
 #include <mpi.h>
 #include <stdio.h>
@@ -80,7 +82,18 @@ int main(int argc, char **argv)
         MPI_Request_free(&send);
         if (send != MPI_REQUEST_NULL)
             fail("MPI_Request_free did not set MPI_REQUEST_NULL", it);
-        MPI_Wait(&recv, MPI_STATUS_IGNORE);
+        /* Polled to completion, then completed: both report the message. */
+        MPI_Status polled, waited;
+        for (flag = 0; !flag;)
+            MPI_Request_get_status(recv, &flag, &polled);
+        MPI_Wait(&recv, &waited);
+        for (MPI_Status *s = &polled; s; s = s == &polled ? &waited : NULL) {
+            MPI_Get_count(s, column, &count);
+            if (s->MPI_SOURCE != peer || s->MPI_TAG != 2 || count != 1)
+                fail("the status does not describe the received column", it);
+        }
+        if (recv != MPI_REQUEST_NULL)
+            fail("MPI_Wait did not set MPI_REQUEST_NULL", it);
         for (int i = 0; i < ROWS; i++)
             if (in[i * STRIDE] != peer * 100 + it + i * STRIDE)
                 fail("wrong data after a freed send", it);

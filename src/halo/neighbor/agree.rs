@@ -221,7 +221,10 @@ pub fn at_collective(comm: MPI_Comm) {
         return;
     }
     if mpi::is_intercomm(comm) || mpi::comm_size(comm) < 2 {
-        settle(bits, "its communicator has one rank, or is an intercommunicator");
+        settle(
+            bits,
+            "its communicator has one rank, or is an intercommunicator",
+        );
         return;
     }
     let Ok(private) = mpi::private_comm(comm) else {
@@ -294,16 +297,25 @@ fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
     let Some(entry) = entry.filter(|_| agreed && values[2] == -values[3]) else {
         let why = match (values[4], values[5]) {
             (0, _) => "no rank had a repeating episode ready",
-            (_, 0) => "not every rank had this episode ready (each must have run it twice, and under tuning decided its own codelet)",
+            (_, 0) => {
+                "not every rank had this episode ready (each must have run it twice, and under tuning decided its own codelet)"
+            }
             _ if agreed => "the ranks were at different instances of the episode",
             _ => "the ranks were at different episodes",
         };
-        set_outcome(bits, format!("at collective call {}: {why}", collective_number(bits)));
+        set_outcome(
+            bits,
+            format!("at collective call {}: {why}", collective_number(bits)),
+        );
         return Ok(());
     };
     match build(private, &messages)? {
         Ok(schedule) => {
-            let phase = if forced() { Phase::Chosen } else { Phase::Trial };
+            let phase = if forced() {
+                Phase::Chosen
+            } else {
+                Phase::Trial
+            };
             USES.insert(
                 id(entry),
                 Use {
@@ -345,7 +357,10 @@ fn collective_number(bits: usize) -> u64 {
 
 /// Pairs every rank's sends with its peers' receives and builds the graph; Err(why) on every
 /// rank when any rank's messages do not pair.
-fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Result<Schedule, String>> {
+fn build(
+    private: &Comm,
+    messages: &[Expected],
+) -> mpi::datatype::MpiResult<Result<Schedule, String>> {
     let size = private.size as usize;
     let mut sends_to = vec![0i64; size];
     let mut receives_from = vec![0i64; size];
@@ -360,7 +375,10 @@ fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Resu
     let counted = if sent_here == receives_from {
         Ok(())
     } else {
-        Err("the number of messages a peer sends this rank differs from the number it receives".to_string())
+        Err(
+            "the number of messages a peer sends this rank differs from the number it receives"
+                .to_string(),
+        )
     };
     if let Err(why) = all_ok(private, counted)? {
         return Ok(Err(why));
@@ -368,7 +386,10 @@ fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Resu
     let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype);
     let mut lists: HashMap<c_int, Vec<i64>> = HashMap::new();
     for m in messages.iter().filter(|m| m.kind == PointToPointKind::Send) {
-        lists.entry(m.peer).or_default().extend([i64::from(m.tag), bytes(m)]);
+        lists
+            .entry(m.peer)
+            .or_default()
+            .extend([i64::from(m.tag), bytes(m)]);
     }
     let sends: Vec<(c_int, Vec<i64>)> = lists.into_iter().collect();
     let recvs: Vec<(c_int, usize)> = (0..size)
@@ -380,7 +401,10 @@ fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Resu
         .iter()
         .zip(received)
         .map(|(&(from, _), list)| {
-            (from, list.chunks_exact(2).map(|p| (p[0] as i32, p[1])).collect())
+            (
+                from,
+                list.chunks_exact(2).map(|p| (p[0] as i32, p[1])).collect(),
+            )
         })
         .collect();
     let mine: Vec<Message> = messages
@@ -408,11 +432,16 @@ fn build(private: &Comm, messages: &[Expected]) -> mpi::datatype::MpiResult<Resu
 
 /// Whether every rank's `local` is Ok: this rank's value, or why not (its own reason, or that
 /// another rank's messages did not pair).
-fn all_ok<T>(private: &Comm, local: Result<T, String>) -> mpi::datatype::MpiResult<Result<T, String>> {
+fn all_ok<T>(
+    private: &Comm,
+    local: Result<T, String>,
+) -> mpi::datatype::MpiResult<Result<T, String>> {
     let mut failed = [i64::from(local.is_err())];
     private.allreduce_max_i64(&mut failed)?;
     Ok(match local {
-        Ok(_) if failed[0] != 0 => Err("another rank's messages do not pair with its peers'".into()),
+        Ok(_) if failed[0] != 0 => {
+            Err("another rank's messages do not pair with its peers'".into())
+        }
         other => other,
     })
 }
@@ -460,7 +489,11 @@ fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype
         collective_number(bits),
         values[1] * us,
         values[2] * us,
-        if values[3] != 0.0 { "; a rank broke the agreement" } else { "" }
+        if values[3] != 0.0 {
+            "; a rank broke the agreement"
+        } else {
+            ""
+        }
     ));
     if let Some(mut c) = COMMS.get_mut(&bits) {
         c.trial = None;
@@ -478,12 +511,18 @@ pub fn chosen(entry: &Entry) -> bool {
 /// The application freed `comm`: its graph too (every rank is inside MPI_Comm_free), and its
 /// agreed episodes never run the collective again (a new communicator may reuse the handle).
 fn forget(bits: usize) {
-    if COMMS.remove(&bits).is_none() {
+    let Some((_, c)) = COMMS.remove(&bits) else {
         return;
-    }
+    };
+    explain(&c);
     let mut graphs = Vec::new();
     for mut u in USES.iter_mut() {
-        if u.schedule.messages.first().is_some_and(|m| m.comm.bits() == bits) && !u.freed {
+        if u.schedule
+            .messages
+            .first()
+            .is_some_and(|m| m.comm.bits() == bits)
+            && !u.freed
+        {
             u.freed = true;
             graphs.push(u.schedule.graph.raw);
         }
@@ -491,24 +530,29 @@ fn forget(bits: usize) {
     graphs.into_iter().for_each(mpi::comm_free);
 }
 
-/// Before the report: each communicator's candidate that never ran the collective says why.
+/// Before the report: each communicator's episodes that never ran the collective say why.
 pub fn finalizing() {
-    for c in COMMS.iter() {
-        let other = c.candidates.values().any(|k| USES.contains_key(&id(k.entry)));
-        let why = c.outcome.clone().unwrap_or_else(|| {
-            if other {
-                return "the ranks agreed on another episode of its communicator (one at most)"
-                    .into();
-            }
-            "the application made no MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier \
-             on the episode's communicator after the episode repeated (ranks agree only there)"
-                .into()
-        });
-        for k in c.candidates.values() {
-            if !USES.contains_key(&id(k.entry)) {
-                k.entry
-                    .note(format!("halo codelet neighbor was not agreed: {why}"));
-            }
+    COMMS.iter().for_each(|c| explain(&c));
+}
+
+/// Notes on `c`'s episodes that never ran the collective why they did not.
+fn explain(c: &Communicator) {
+    let other = c
+        .candidates
+        .values()
+        .any(|k| USES.contains_key(&id(k.entry)));
+    let why = c.outcome.clone().unwrap_or_else(|| {
+        if other {
+            return "the ranks agreed on another episode of its communicator (one at most)".into();
+        }
+        "the application made no MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier on \
+         the episode's communicator after the episode repeated (ranks agree only there)"
+            .into()
+    });
+    for k in c.candidates.values() {
+        if !USES.contains_key(&id(k.entry)) {
+            k.entry
+                .note(format!("halo codelet neighbor was not agreed: {why}"));
         }
     }
 }

@@ -30,7 +30,10 @@ pub struct Edges {
 /// The edges for `messages` (this rank's, in posting order), given for every source the tags
 /// and sizes of the messages it sends to this rank, in its posting order. An error says why the
 /// messages cannot travel as one neighbourhood collective.
-pub fn pair(messages: &[Message], incoming: &HashMap<i32, Vec<(i32, i64)>>) -> Result<Edges, String> {
+pub fn pair(
+    messages: &[Message],
+    incoming: &HashMap<i32, Vec<(i32, i64)>>,
+) -> Result<Edges, String> {
     let mut destinations = Vec::new();
     let mut sources = Vec::new();
     // Per source: where its edges start among `sources`, and which of its sends are taken.
@@ -68,7 +71,9 @@ pub fn pair(messages: &[Message], incoming: &HashMap<i32, Vec<(i32, i64)>>) -> R
         blocks.push(*start + k);
     }
     for (source, sent) in incoming {
-        let received = from.get(source).map_or(0, |(_, t)| t.iter().filter(|&&t| t).count());
+        let received = from
+            .get(source)
+            .map_or(0, |(_, t)| t.iter().filter(|&&t| t).count());
         if received != sent.len() {
             return Err(format!(
                 "rank {source} sends {} messages, this episode receives {received} of them",
@@ -126,10 +131,21 @@ mod tests {
     #[test]
     fn unpaired_messages_are_refused() {
         let incoming = HashMap::from([(1, vec![(10, 8)])]);
-        assert!(pair(&[recv(1, 11)], &incoming).unwrap_err().contains("tag 11"));
-        assert!(pair(&[recv(2, 10)], &incoming).unwrap_err().contains("rank 2"));
+        assert!(
+            pair(&[recv(1, 11)], &incoming)
+                .unwrap_err()
+                .contains("tag 11")
+        );
+        assert!(
+            pair(&[recv(2, 10)], &incoming)
+                .unwrap_err()
+                .contains("rank 2")
+        );
         assert!(pair(&[], &incoming).unwrap_err().contains("receives 0"));
-        let short = Message { bytes: 16, ..recv(1, 10) };
+        let short = Message {
+            bytes: 16,
+            ..recv(1, 10)
+        };
         assert!(pair(&[short], &incoming).unwrap_err().contains("16 bytes"));
     }
 }

@@ -132,19 +132,20 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
         let reported = Reported {
             source: call.peer,
             tag: call.tag,
-            count: if call.kind == PointToPointKind::Recv {
-                call.count
-            } else {
-                0
+            bytes: match call.kind {
+                PointToPointKind::Recv => call.count * mpi::type_size(call.datatype),
+                PointToPointKind::Send => 0,
             },
-            datatype: call.datatype,
         };
         let generalized = match h.schedule.messages.get(next) {
             Some(expected) if expected.is(call) => Generalized::start(reported).ok(),
             _ => None,
         };
         let Some(generalized) = generalized else {
-            break_off(holding.take(), "its messages differ from the agreed episode's");
+            break_off(
+                holding.take(),
+                "its messages differ from the agreed episode's",
+            );
             return (call.native(request), false);
         };
         // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
