@@ -9,6 +9,8 @@
  *   PERIODIC    1 for a torus, 0 for fixed boundaries (MPI_PROC_NULL neighbours)
  *   COMPLETION  waitall | waits | waitany | testall | testsome | free_sends
  *   INTERLEAVE  none | recv (blocking token ring between posts and completion) | allreduce | both
+ *               | residual (none in the exchange; an MPI_Allreduce after every 10th iteration,
+ *               as a solver checking its residual)
  *   ORDER       recvs_first (all Irecvs, then all Isends) | sends_first | mixed (per face)
  *   STEP        compute (default) | none (exchanges only, for scripts/bench-halo)
  *
@@ -253,6 +255,10 @@ int main(int argc, char **argv)
             step(grids[it % 2], grids[(it + 1) % 2]);
         else
             memcpy(grids[(it + 1) % 2], grids[it % 2], cells() * sizeof(double));
+        if (!strcmp(interleave, "residual") && it % 10 == 9) {
+            double mine = grids[(it + 1) % 2][cells() / 2], largest;
+            MPI_Allreduce(&mine, &largest, 1, MPI_DOUBLE, MPI_MAX, cart);
+        }
     }
     double slowest;
     MPI_Reduce(&spent, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, cart);

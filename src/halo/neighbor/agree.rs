@@ -3,15 +3,16 @@
 //! A halo episode is not a collective, so no point of it is one where every rank can wait for
 //! every other. The application's own collective calls on the episode's communicator are
 //! (MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv and MPI_Barrier, which the library intercepts; a
-//! portable program must work whether a collective synchronises or not). At some of them, the same ones on every
-//! rank (`Communicator::due`), the ranks reduce their proposals: the episode each last closed on
-//! the communicator, once it ran twice in a row at its site, its identity (site and signature ordinal) and instance count. If every rank
-//! proposes the same one at the same instance, they exchange their message lists, pair sends with
-//! receives (`edges`), build the graph, and switch at the same instance: the first that no rank
-//! has begun. Under tuning the agreed episode is tried for COMMTUNE_SAMPLES instances; at a later
-//! agreement point the slowest rank's estimate for it is compared with the slowest rank's
-//! estimate for its own best codelet, and every rank keeps or drops it from the same instance.
-//! Each communicator agrees on one episode at most; after a decision it stops checking.
+//! portable program must work whether a collective synchronises or not). At some of them, the
+//! same ones on every rank (`Communicator::due`), the ranks reduce their proposals: the episode
+//! each last closed on the communicator once it ran twice in a row at its site, with its identity
+//! (site and signature ordinal) and instance count. If every rank proposes the same one at the
+//! same instance, they exchange their message lists, pair sends with receives (`edges`), build
+//! the graph, and switch at the same instance: the first that no rank has begun. Under tuning the
+//! agreed episode is tried for COMMTUNE_SAMPLES instances; at a later agreement point the slowest
+//! rank's estimate for it is compared with the slowest rank's estimate for its own codelet, and
+//! every rank keeps or drops it from the same instance. Each communicator agrees on one episode
+//! at most; after a decision it stops checking.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -450,17 +451,16 @@ fn all_ok<T>(
 /// decide, the same everywhere.
 fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype::MpiResult {
     let config = runtime::config();
-    let (samples, neighbor, broken) = {
-        let Some(u) = USES.get(&id(entry)) else {
-            return Ok(());
-        };
+    // Every rank agreed to this trial, so each has its record; a missing one counts as broken
+    // rather than leaving the reduction below to the others.
+    let (samples, neighbor, broken) = USES.get(&id(entry)).map_or((0.0, 0.0, true), |u| {
         let estimate = local_estimate(
             config.tuning.filter,
             &[(NEIGHBOR, u.samples.clone())],
             NEIGHBOR,
         );
         (u.samples.len() as f64, estimate.location, u.broken)
-    };
+    });
     let best = tuning::settled_estimate(entry).unwrap_or(f64::INFINITY);
     let mut values = [
         -samples,
