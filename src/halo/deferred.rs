@@ -14,23 +14,22 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use super::neighbor;
 use super::persistent::{self, Reserved};
 
-/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, one bit per kind of
-/// holder.
+/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait. Bit 0: `DEFERRED`
+/// holds operations; the rest counts the threads holding a `neighbor` instance's posts (in steps
+/// of 2).
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
-/// `DEFERRED` holds operations.
 const LISTED: i32 = 1;
-/// A thread holds the posts of a `neighbor` instance.
-pub const NEIGHBOR: i32 = 2;
+const NEIGHBOR_HOLDER: i32 = 2;
 
-/// A holder of kind `bit` waits.
-pub fn hold(bit: i32) {
-    commtune_deferred_pending.fetch_or(bit, Ordering::Release);
+/// This thread holds a `neighbor` instance's posts.
+pub fn neighbor_holds() {
+    commtune_deferred_pending.fetch_add(NEIGHBOR_HOLDER, Ordering::Release);
 }
 
-/// A holder of kind `bit` no longer waits.
-pub fn release(bit: i32) {
-    commtune_deferred_pending.fetch_and(!bit, Ordering::Release);
+/// This thread no longer holds them.
+pub fn neighbor_released() {
+    commtune_deferred_pending.fetch_sub(NEIGHBOR_HOLDER, Ordering::Release);
 }
 
 /// Held operations; for those that may be exchanged step by step (`pairwise`), this rank's rank
@@ -43,7 +42,7 @@ static DEFERRED: Mutex<Vec<(Reserved, Option<c_int>)>> = Mutex::new(Vec::new());
 pub fn defer(request: Reserved, stepwise: Option<c_int>) {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
     deferred.push((request, stepwise));
-    hold(LISTED);
+    commtune_deferred_pending.fetch_or(LISTED, Ordering::Release);
 }
 
 /// Whether any operation is held.
@@ -55,7 +54,7 @@ pub fn any() -> bool {
 /// Every held operation, to be started by the caller.
 pub fn take_all() -> Vec<(Reserved, Option<c_int>)> {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    release(LISTED);
+    commtune_deferred_pending.fetch_and(!LISTED, Ordering::Release);
     std::mem::take(&mut *deferred)
 }
 

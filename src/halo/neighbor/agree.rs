@@ -556,3 +556,17 @@ fn explain(c: &Communicator) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_points_thin_out_to_every_16th_collective() {
+        let mut c = Communicator::default();
+        let due: Vec<u64> = (1..=70).filter(|_| c.due()).collect();
+        assert_eq!(due, [1, 2, 4, 8, 16, 32, 48, 64]);
+        c.settled = true;
+        assert!((0..100).all(|_| !c.due()));
+    }
+}

@@ -114,7 +114,7 @@ pub fn begins(entry: &'static Entry) -> bool {
         schedule,
         entry,
     }));
-    deferred::hold(deferred::NEIGHBOR);
+    deferred::neighbor_holds();
     true
 }
 
@@ -162,7 +162,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
 /// Starts the collective of a fully posted instance.
 fn start(holding: Option<Holding>) {
     let Some(h) = holding else { return };
-    deferred::release(deferred::NEIGHBOR);
+    deferred::neighbor_released();
     let empty = Block {
         buf: std::ptr::null_mut(),
         count: 0,
@@ -205,7 +205,7 @@ fn carry(carrier: Carrier) {
 /// its application request.
 fn break_off(holding: Option<Holding>, why: &str) {
     let Some(h) = holding else { return };
-    deferred::release(deferred::NEIGHBOR);
+    deferred::neighbor_released();
     agree::broken(h.entry, why);
     for (call, generalized) in h.posted {
         let mut request = mpi::request_null();
