@@ -66,9 +66,21 @@ pub fn post_all() {
     }
 }
 
+/// Starts the held operations of `DEFERRED` only (a call that cannot block may leave a
+/// `neighbor` instance held).
+pub fn post_listed() {
+    if commtune_deferred_pending.load(Ordering::Acquire) & LISTED != 0 {
+        start_listed();
+    }
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_post_deferred() {
     neighbor::flush();
+    start_listed();
+}
+
+fn start_listed() {
     // A request MPI refuses to start stays an inactive handle the application can complete.
     take_all().into_iter().for_each(|(r, _)| {
         persistent::begin(r);

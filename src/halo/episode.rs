@@ -75,26 +75,30 @@ thread_local! {
 /// (forced, or the tuner's choice for the key the episode is predicted to be), and the rest of
 /// the episode keeps it.
 pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
-    TRACKER.with_borrow_mut(|t| {
-        if t.ops.is_empty() {
-            t.first = first_post(caller, call);
-            let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
-            t.predicted = prediction.map(|(entry, _)| entry);
-            t.expected_recvs = prediction.map(|(_, recvs)| recvs);
-            let config = runtime::config();
-            t.codelet = match config.forced(Op::Halo) {
-                Some(forced) => forced,
-                None if config.mode == Mode::Tune => t.predicted.map_or(0, tuning::choose),
-                None => 0,
-            };
-            if let Some(entry) = t.predicted
-                && neighbor::begins(entry)
-            {
-                t.codelet = NEIGHBOR;
-            }
+    let (codelet, starts) = TRACKER.with_borrow_mut(|t| {
+        if !t.ops.is_empty() {
+            return (t.codelet, None);
         }
-        t.codelet
-    })
+        t.first = first_post(caller, call);
+        let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
+        t.predicted = prediction.map(|(entry, _)| entry);
+        t.expected_recvs = prediction.map(|(_, recvs)| recvs);
+        let config = runtime::config();
+        t.codelet = match config.forced(Op::Halo) {
+            Some(forced) => forced,
+            None if config.mode == Mode::Tune => t.predicted.map_or(0, tuning::choose),
+            None => 0,
+        };
+        (t.codelet, t.predicted)
+    });
+    // Outside the tracker: deciding may post a previous instance's held messages.
+    match starts {
+        Some(entry) if neighbor::begins(entry) => {
+            TRACKER.with_borrow_mut(|t| t.codelet = NEIGHBOR);
+            NEIGHBOR
+        }
+        _ => codelet,
+    }
 }
 
 fn first_post(caller: usize, call: &PointToPoint) -> u64 {
@@ -226,7 +230,8 @@ impl Tracker {
         };
         let ops = &self.ops;
         let entry = keys::entry(key, |site| describe(site, ops));
-        neighbor::closed(entry, ops.iter().map(Posted::expected));
+        let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
+        neighbor::closed(entry, expected, ops.iter().map(Posted::expected));
         if entry.calls() == 0 {
             limits(ops).into_iter().for_each(|note| entry.note(note));
         }
@@ -247,7 +252,6 @@ impl Tracker {
         let elapsed = now.saturating_sub(self.first_post);
         entry.record_ending(elapsed, ran, now);
         if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
-            let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
             tuning::completed(entry, expected.then_some(self.codelet), ran, elapsed, now);
         }
         PREDICTIONS.with_borrow_mut(|p| {

@@ -12,9 +12,10 @@ mod pairwise;
 mod persistent;
 mod tuning;
 
-pub use deferred::post_all as post_deferred;
+pub use deferred::{post_all as post_deferred, post_listed as post_deferred_listed};
 pub use neighbor::{
-    adopt as neighbor_adopts, at_collective as agree_at_collective, progress as progress_neighbor,
+    adopt as neighbor_adopts, at_collective as agree_at_collective,
+    must_poll as neighbor_must_poll, progress as progress_neighbor,
 };
 pub use pairwise::{restore as restore_statuses, run_steps as run_pairwise_steps};
 pub use tuning::report as tuning_report;

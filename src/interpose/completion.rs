@@ -68,21 +68,34 @@ pub extern "C" fn commtune_irecv(
     post(ra, call, request)
 }
 
-/// Runs a completion call (`blocking`: a Wait), telling the episode tracker what it completed.
+/// What a completion call does with requests that are not complete.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Wait,
+    Test,
+    /// MPI_Request_free: it cannot block, so a `neighbor` instance being posted stays held.
+    Free,
+}
+
+/// Runs a completion call, telling the episode tracker what it completed.
 fn completion(
     ra: *const c_void,
     requests: *mut MPI_Request,
     count: c_int,
-    blocking: bool,
+    kind: Kind,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
     // The request being completed may be a deferred one.
-    halo::post_deferred();
+    if kind == Kind::Free {
+        halo::post_deferred_listed();
+    } else {
+        halo::post_deferred();
+    }
     if !runtime::enabled() {
         return call().0;
     }
     // SAFETY: the application's array of `count` requests, as MPI requires.
-    unsafe { halo::progress_neighbor(requests, count.max(0) as usize, blocking) };
+    unsafe { halo::progress_neighbor(requests, count.max(0) as usize, kind == Kind::Wait) };
     // SAFETY: the application's array of `count` requests, as MPI requires; the index arrays
     // `call` reports are MPI's output for the same call.
     unsafe { halo::observe(ra as usize, requests, count.max(0) as usize, call) }
@@ -122,14 +135,41 @@ fn some(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Com
     }
 }
 
+/// Whether a Wait call over `array[..count]` must poll its Test twin instead of blocking: the
+/// array holds a request that only the library can complete, whose message MPI does not know is
+/// the application's (`halo::neighbor_must_poll`).
+fn must_poll(array: *const MPI_Request, count: c_int) -> bool {
+    // SAFETY: the application's array of `count` requests, as the Wait call requires.
+    runtime::enabled() && unsafe { halo::neighbor_must_poll(array, count.max(0) as usize) }
+}
+
+/// Calls `test` (a Test call over `array[..count]`, returning MPI's code and whether it found
+/// what the Wait call waits for) until it does, completing the library's messages in between.
+fn poll(array: *const MPI_Request, count: c_int, mut test: impl FnMut() -> (c_int, bool)) -> c_int {
+    loop {
+        // SAFETY: the application's array of `count` requests, as the Wait call requires.
+        unsafe { halo::progress_neighbor(array, count.max(0) as usize, false) };
+        let (rc, found) = test();
+        if rc != mpi::SUCCESS || found {
+            return rc;
+        }
+    }
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_wait(
     ra: *const c_void,
     request: *mut MPI_Request,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, true, || {
-        all_or_unknown(requests::wait(request, status))
+    completion(ra, request, 1, Kind::Wait, || {
+        if !must_poll(request, 1) {
+            return all_or_unknown(requests::wait(request, status));
+        }
+        let mut flag = 0;
+        all_or_unknown(poll(request, 1, || {
+            (requests::test(request, &mut flag, status), flag != 0)
+        }))
     })
 }
 
@@ -142,8 +182,16 @@ pub extern "C" fn commtune_waitall(
 ) -> c_int {
     // SAFETY: the application's array of `count` requests, as MPI_Waitall requires.
     let stepped = unsafe { halo::run_pairwise_steps(array, count.max(0) as usize) };
-    completion(ra, array, count, true, || {
-        let rc = requests::waitall(count, array, statuses);
+    completion(ra, array, count, Kind::Wait, || {
+        let rc = if must_poll(array, count) {
+            let mut flag = 0;
+            poll(array, count, || {
+                let rc = requests::testall(count, array, &mut flag, statuses);
+                (rc, flag != 0)
+            })
+        } else {
+            requests::waitall(count, array, statuses)
+        };
         if rc == mpi::SUCCESS {
             // SAFETY: MPI_Waitall's status array holds `count` statuses, or is IGNORE.
             unsafe { halo::restore_statuses(statuses, stepped) };
@@ -160,8 +208,16 @@ pub extern "C" fn commtune_waitany(
     index: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, true, || {
-        any(requests::waitany(count, array, index, status), index)
+    completion(ra, array, count, Kind::Wait, || {
+        if !must_poll(array, count) {
+            return any(requests::waitany(count, array, index, status), index);
+        }
+        let mut flag = 0;
+        let rc = poll(array, count, || {
+            let rc = requests::testany(count, array, index, &mut flag, status);
+            (rc, flag != 0)
+        });
+        any(rc, index)
     })
 }
 
@@ -174,8 +230,16 @@ pub extern "C" fn commtune_waitsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, true, || {
-        let rc = requests::waitsome(incount, array, outcount, indices, statuses);
+    completion(ra, array, incount, Kind::Wait, || {
+        let rc = if must_poll(array, incount) {
+            poll(array, incount, || {
+                let rc = requests::testsome(incount, array, outcount, indices, statuses);
+                // SAFETY: MPI wrote the outcount when it returned MPI_SUCCESS.
+                (rc, rc == mpi::SUCCESS && unsafe { read_int(outcount) } != 0)
+            })
+        } else {
+            requests::waitsome(incount, array, outcount, indices, statuses)
+        };
         some(rc, outcount, indices)
     })
 }
@@ -187,7 +251,7 @@ pub extern "C" fn commtune_test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, false, || {
+    completion(ra, request, 1, Kind::Test, || {
         flagged(requests::test(request, flag, status), flag)
     })
 }
@@ -200,7 +264,7 @@ pub extern "C" fn commtune_testall(
     flag: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, false, || {
+    completion(ra, array, count, Kind::Test, || {
         flagged(requests::testall(count, array, flag, statuses), flag)
     })
 }
@@ -226,7 +290,7 @@ pub extern "C" fn commtune_testany(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, false, || {
+    completion(ra, array, count, Kind::Test, || {
         let rc = requests::testany(count, array, index, flag, status);
         // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
         if rc == mpi::SUCCESS && unsafe { read_int(flag) } == 0 {
@@ -246,7 +310,7 @@ pub extern "C" fn commtune_testsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, false, || {
+    completion(ra, array, incount, Kind::Test, || {
         let rc = requests::testsome(incount, array, outcount, indices, statuses);
         some(rc, outcount, indices)
     })
@@ -267,12 +331,12 @@ pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Req
         // SAFETY: one writable handle.
         return unsafe { halo::observe(ra as usize, request, 1, || taken_over(request)) };
     }
-    halo::post_deferred();
+    halo::post_deferred_listed();
     if runtime::enabled() && handle.is_some_and(halo::freeing) {
         // The library completes it; to the application it is freed.
-        return completion(ra, request, 1, false, || taken_over(request));
+        return completion(ra, request, 1, Kind::Free, || taken_over(request));
     }
-    completion(ra, request, 1, false, || {
+    completion(ra, request, 1, Kind::Free, || {
         all_or_unknown(requests::request_free(request))
     })
 }

@@ -161,11 +161,13 @@ fn columns(blocks: &[Block]) -> Columns {
 }
 
 /// What a generalized request reports in its status when it completes: the received message's
-/// source, tag and size in bytes (a send's status is not defined; it says 0 bytes).
+/// source, tag and size in bytes (a send's status is not defined; it says 0 bytes), and MPI's
+/// code for the message (the completion call returns it).
 pub struct Reported {
     pub source: c_int,
     pub tag: c_int,
     pub bytes: MPI_Count,
+    pub error: c_int,
 }
 
 /// A generalized request the library completes; its status says what `Reported` says.
@@ -210,12 +212,14 @@ impl Generalized {
         self.handle
     }
 
-    /// Completes the request, its status first updated from `status` (a message received by a
-    /// request of the library's) when given.
-    pub fn complete(self, status: Option<&MPI_Status>) {
+    /// Completes the request with MPI's code `error`, its status first updated from `status` (a
+    /// message received by a request of the library's) when given.
+    pub fn complete(self, error: c_int, status: Option<&MPI_Status>) {
+        // SAFETY: MPI frees `reported` only after the completion below.
+        unsafe { (*self.reported).error = error };
         if let Some(status) = status {
             let mut bytes: MPI_Count = 0;
-            // SAFETY: MPI completed `status`; MPI frees `reported` only after completion below.
+            // SAFETY: MPI completed `status`; `reported` as above.
             unsafe {
                 let reported = &mut *self.reported;
                 if ffi::PMPI_Get_elements_x(status, super::constants().byte, &mut bytes) == SUCCESS
@@ -248,9 +252,9 @@ unsafe extern "C" fn query(extra: *mut c_void, status: *mut MPI_Status) -> c_int
         ffi::PMPI_Status_set_cancelled(status, 0);
         (*status).MPI_SOURCE = reported.source;
         (*status).MPI_TAG = reported.tag;
-        (*status).MPI_ERROR = SUCCESS;
+        (*status).MPI_ERROR = reported.error;
+        reported.error
     }
-    SUCCESS
 }
 
 unsafe extern "C" fn free(extra: *mut c_void) -> c_int {
@@ -265,8 +269,9 @@ unsafe extern "C" fn cancel(_extra: *mut c_void, _complete: c_int) -> c_int {
     SUCCESS
 }
 
-/// Waits for (`wait`) or tests one of the library's requests; its status once complete.
-pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<MPI_Status> {
+/// Waits for (`wait`) or tests one of the library's requests; MPI's code and the status once
+/// complete (a failed call counts as complete: its code says why).
+pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<(c_int, MPI_Status)> {
     let mut status = super::requests::empty_status();
     let mut flag = 1;
     // SAFETY: an active request of the library's; MPI writes the flag and the status.
@@ -277,5 +282,5 @@ pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<MPI_Status> {
             ffi::PMPI_Test(request, &mut flag, &mut status)
         }
     };
-    (rc != SUCCESS || flag != 0).then_some(status)
+    (rc != SUCCESS || flag != 0).then_some((rc, status))
 }

@@ -36,6 +36,8 @@ use crate::{clock, runtime};
 const STEADY: u64 = 2;
 /// Agreement points are the application's collective calls number 1, 2, 4, 8, then every 16th.
 const MAX_INTERVAL: u64 = 16;
+/// Why a rank whose own messages pair gives up.
+const PEERS_DIFFER: &str = "another rank's messages do not pair with its peers'";
 /// The tag of the message-list exchange on the private communicator.
 const LISTS_TAG: c_int = 0x6e62;
 
@@ -136,20 +138,20 @@ pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>,
 }
 
 /// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
-pub fn closed(entry: &'static Entry, ops: impl Iterator<Item = Expected>) {
+/// Only instances whose first post predicted them count as steady: a rank decides at the first
+/// post whether an instance runs the collective.
+pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = Expected>) {
     if !enabled() {
         return;
     }
     let Ok(messages) = eligibility(ops) else {
         return;
     };
-    let Some(mut c) = communicator(messages[0].comm) else {
-        return;
-    };
+    let mut c = communicator(messages[0].comm);
     let site = entry.site.id;
     c.latest = Some(site);
     match c.candidates.get_mut(&site) {
-        Some(k) if std::ptr::eq(k.entry, entry) => k.steady += 1,
+        Some(k) if std::ptr::eq(k.entry, entry) && predicted => k.steady += 1,
         _ => {
             let candidate = Candidate {
                 entry,
@@ -215,8 +217,9 @@ pub fn at_collective(comm: MPI_Comm) {
         return;
     }
     let bits = comm.bits();
-    let Some((due, trial)) = communicator(comm).map(|mut c| (c.due(), c.trial)) else {
-        return;
+    let (due, trial) = {
+        let mut c = communicator(comm);
+        (c.due(), c.trial)
     };
     if !due {
         return;
@@ -241,17 +244,16 @@ pub fn at_collective(comm: MPI_Comm) {
     }
 }
 
-/// The state of the application's communicator `comm`, made on first use; None when the library
-/// cannot learn when it is freed (its handle could then name another communicator later).
-fn communicator(
-    comm: MPI_Comm,
-) -> Option<dashmap::mapref::one::RefMut<'static, usize, Communicator>> {
+/// The state of the application's communicator `comm`, made on first use. Its collective calls
+/// are counted even if MPI refused to tell when it is freed: a rank that stopped counting would
+/// miss the agreement points its peers reach.
+fn communicator(comm: MPI_Comm) -> dashmap::mapref::one::RefMut<'static, usize, Communicator> {
     let bits = comm.bits();
     // Outside any lock: setting the attribute may call `forget`.
     if !COMMS.contains_key(&bits) {
-        mpi::watch(comm, forget).ok()?;
+        let _ = mpi::watch(comm, forget);
     }
-    Some(COMMS.entry(bits).or_default())
+    COMMS.entry(bits).or_default()
 }
 
 fn settle(bits: usize, outcome: &str) {
@@ -381,7 +383,7 @@ fn build(
                 .to_string(),
         )
     };
-    if let Err(why) = all_ok(private, counted)? {
+    if let Err(why) = all_ok(private, counted, PEERS_DIFFER)? {
         return Ok(Err(why));
     }
     let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype);
@@ -418,11 +420,17 @@ fn build(
         })
         .collect();
     let paired = edges::pair(&mine, &incoming);
-    let edges = match all_ok(private, paired)? {
+    let edges = match all_ok(private, paired, PEERS_DIFFER)? {
         Ok(edges) => edges,
         Err(why) => return Ok(Err(why)),
     };
-    let graph = private.dist_graph(&edges.sources, &edges.destinations)?;
+    let made = private
+        .dist_graph(&edges.sources, &edges.destinations)
+        .map_err(|code| format!("MPI error {code} making the graph"));
+    let graph = match all_ok(private, made, "another rank could not make the graph")? {
+        Ok(graph) => graph,
+        Err(why) => return Ok(Err(why)),
+    };
     Ok(Ok(Schedule {
         messages: messages.to_vec(),
         blocks: edges.blocks,
@@ -431,18 +439,17 @@ fn build(
     }))
 }
 
-/// Whether every rank's `local` is Ok: this rank's value, or why not (its own reason, or that
-/// another rank's messages did not pair).
+/// Whether every rank's `local` is Ok: this rank's value, or why not (its own reason, or
+/// `elsewhere` when only another rank failed).
 fn all_ok<T>(
     private: &Comm,
     local: Result<T, String>,
+    elsewhere: &str,
 ) -> mpi::datatype::MpiResult<Result<T, String>> {
     let mut failed = [i64::from(local.is_err())];
     private.allreduce_max_i64(&mut failed)?;
     Ok(match local {
-        Ok(_) if failed[0] != 0 => {
-            Err("another rank's messages do not pair with its peers'".into())
-        }
+        Ok(_) if failed[0] != 0 => Err(elsewhere.into()),
         other => other,
     })
 }

@@ -124,44 +124,40 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
     if call.peer == mpi::proc_null() {
         return (call.native(request), true);
     }
-    HOLDING.with_borrow_mut(|holding| {
-        let Some(h) = holding else {
-            return (call.native(request), false);
-        };
-        let next = h.posted.len();
-        let reported = Reported {
-            source: call.peer,
-            tag: call.tag,
-            bytes: match call.kind {
-                PointToPointKind::Recv => call.count * mpi::type_size(call.datatype),
-                PointToPointKind::Send => 0,
-            },
-        };
-        let generalized = match h.schedule.messages.get(next) {
-            Some(expected) if expected.is(call) => Generalized::start(reported).ok(),
-            _ => None,
-        };
-        let Some(generalized) = generalized else {
-            break_off(
-                holding.take(),
-                "its messages differ from the agreed episode's",
-            );
-            return (call.native(request), false);
-        };
-        // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
-        unsafe { set_request_at(request, 0, generalized.handle()) };
-        h.posted.push((*call, generalized));
-        if h.posted.len() == h.schedule.messages.len() {
-            let full = holding.take();
-            start(full);
-        }
-        (mpi::SUCCESS, true)
-    })
+    // Out of the cell while MPI runs: an error handler may call MPI, which flushes.
+    let Some(mut h) = HOLDING.take() else {
+        return (call.native(request), false);
+    };
+    let reported = Reported {
+        source: call.peer,
+        tag: call.tag,
+        bytes: match call.kind {
+            PointToPointKind::Recv => call.count * mpi::type_size(call.datatype),
+            PointToPointKind::Send => 0,
+        },
+        error: mpi::SUCCESS,
+    };
+    let generalized = match h.schedule.messages.get(h.posted.len()) {
+        Some(expected) if expected.is(call) => Generalized::start(reported).ok(),
+        _ => None,
+    };
+    let Some(generalized) = generalized else {
+        break_off(h, "its messages differ from the agreed episode's");
+        return (call.native(request), false);
+    };
+    // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
+    unsafe { set_request_at(request, 0, generalized.handle()) };
+    h.posted.push((*call, generalized));
+    if h.posted.len() == h.schedule.messages.len() {
+        start(h);
+    } else {
+        HOLDING.set(Some(h));
+    }
+    (mpi::SUCCESS, true)
 }
 
 /// Starts the collective of a fully posted instance.
-fn start(holding: Option<Holding>) {
-    let Some(h) = holding else { return };
+fn start(h: Holding) {
     deferred::neighbor_released();
     let empty = Block {
         buf: std::ptr::null_mut(),
@@ -189,7 +185,7 @@ fn start(holding: Option<Holding>) {
             members: h.posted.into_iter().map(|(_, g)| g).collect(),
             native: false,
         }),
-        Err(_) => break_off(Some(h), "MPI refused the neighbourhood collective"),
+        Err(_) => break_off(h, "MPI refused the neighbourhood collective"),
     }
 }
 
@@ -202,22 +198,20 @@ fn carry(carrier: Carrier) {
 }
 
 /// The instance cannot run as agreed: what it holds is posted natively, each message completing
-/// its application request.
-fn break_off(holding: Option<Holding>, why: &str) {
-    let Some(h) = holding else { return };
+/// its application request (with MPI's error, if MPI refuses the post).
+fn break_off(h: Holding, why: &str) {
     deferred::neighbor_released();
     agree::broken(h.entry, why);
     for (call, generalized) in h.posted {
         let mut request = mpi::request_null();
-        if call.native(&mut request) == mpi::SUCCESS {
-            carry(Carrier {
+        match call.native(&mut request) {
+            mpi::SUCCESS => carry(Carrier {
                 request,
                 _arrays: None,
                 members: vec![generalized],
                 native: true,
-            });
-        } else {
-            generalized.complete(None);
+            }),
+            error => generalized.complete(error, None),
         }
     }
 }
@@ -247,18 +241,20 @@ fn mark_adopted<'a>(mut members: impl Iterator<Item = &'a mut Generalized>, bits
 
 /// Another MPI call came before the instance was fully posted (`deferred`).
 pub fn flush() {
-    let holding = HOLDING.take();
-    if holding.is_some() {
+    if let Some(h) = HOLDING.take() {
         break_off(
-            holding,
+            h,
             "another MPI call came before all its messages were posted",
         );
     }
 }
 
 /// Before a completion call over `requests[..count]`: completes the application's requests whose
-/// collectives (or native messages) are done. With `wait`, the collectives of requests in the
-/// array are waited for: every rank started its collective before any completion call.
+/// collectives (or native messages) are done. With `wait` (a Wait call) the collectives of
+/// requests in the array are waited for, which is no new blocking: every rank started its
+/// collective before any completion call. Messages posted natively after a broken agreement are
+/// only tested (waiting for one could block where MPI_Waitany would have returned another);
+/// `must_poll` says when the completion call must poll instead of blocking.
 ///
 /// # Safety
 /// `requests` holds `count` handles.
@@ -267,18 +263,16 @@ pub unsafe fn progress(requests: *const MPI_Request, count: usize, wait: bool) {
         return;
     }
     // SAFETY: `requests` holds `count` handles (this function's contract).
-    let asked: Vec<usize> = (0..count)
-        .map(|i| unsafe { request_at(requests, i) }.bits())
-        .collect();
+    let asked = unsafe { handles(requests, count) };
     let waited: Vec<Carrier> = {
         let mut carriers = CARRIERS.lock().unwrap_or_else(|p| p.into_inner());
         let mut waited = Vec::new();
         let mut kept = Vec::with_capacity(carriers.len());
         for mut c in carriers.drain(..) {
-            if wait && c.members.iter().any(|g| asked.contains(&g.handle().bits())) {
+            if wait && !c.native && c.carries_any(&asked) {
                 waited.push(c);
-            } else if let Some(status) = finish(&mut c.request, false) {
-                complete(c, &status);
+            } else if let Some((rc, status)) = finish(&mut c.request, false) {
+                complete(c, rc, &status);
             } else {
                 kept.push(c);
             }
@@ -289,16 +283,55 @@ pub unsafe fn progress(requests: *const MPI_Request, count: usize, wait: bool) {
     // Outside the lock: another thread may progress its own collectives meanwhile.
     for mut c in waited {
         match finish(&mut c.request, true) {
-            Some(status) => complete(c, &status),
+            Some((rc, status)) => complete(c, rc, &status),
             None => carry(c),
         }
     }
 }
 
-fn complete(carrier: Carrier, status: &MPI_Status) {
+/// Whether `requests[..count]` holds a request whose native message (after a broken agreement)
+/// is still under way: a blocking completion call must then poll, testing it in between.
+///
+/// # Safety
+/// `requests` holds `count` handles.
+pub unsafe fn must_poll(requests: *const MPI_Request, count: usize) -> bool {
+    if IN_FLIGHT.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    // SAFETY: `requests` holds `count` handles (this function's contract).
+    let asked = unsafe { handles(requests, count) };
+    CARRIERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|c| c.native && c.carries_any(&asked))
+}
+
+/// # Safety
+/// `requests` holds `count` handles.
+unsafe fn handles(requests: *const MPI_Request, count: usize) -> Vec<usize> {
+    (0..count)
+        // SAFETY: as the caller guarantees.
+        .map(|i| unsafe { request_at(requests, i) }.bits())
+        .collect()
+}
+
+impl Carrier {
+    fn carries_any(&self, handles: &[usize]) -> bool {
+        self.members
+            .iter()
+            .any(|g| handles.contains(&g.handle().bits()))
+    }
+}
+
+/// Completes `carrier`'s members with MPI's code `rc` for its request.
+fn complete(carrier: Carrier, rc: c_int, status: &MPI_Status) {
     IN_FLIGHT.fetch_sub(1, Ordering::Release);
     let status = carrier.native.then_some(status);
-    carrier.members.into_iter().for_each(|g| g.complete(status));
+    carrier
+        .members
+        .into_iter()
+        .for_each(|g| g.complete(rc, status));
 }
 
 /// MPI_Finalize is near: completes what has finished (the application should have completed its
