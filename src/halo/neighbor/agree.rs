@@ -96,6 +96,7 @@ fn id(entry: &Entry) -> usize {
 
 /// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
 /// which MPI libraries are loaded).
+#[inline]
 pub fn enabled() -> bool {
     static ENABLED: LazyLock<bool> = LazyLock::new(|| {
         let config = runtime::config();
@@ -212,10 +213,15 @@ impl Communicator {
 }
 
 /// The application called a collective on `comm` (every rank of it does, in the same order).
+#[inline]
 pub fn at_collective(comm: MPI_Comm) {
-    if !enabled() {
-        return;
+    if enabled() {
+        count_collective(comm);
     }
+}
+
+#[cold]
+fn count_collective(comm: MPI_Comm) {
     let bits = comm.bits();
     let (due, trial) = {
         let mut c = communicator(comm);
