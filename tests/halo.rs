@@ -2,7 +2,8 @@
 //! the final checksum equals the native run's bit for bit, every request the application holds is
 //! MPI_REQUEST_NULL after completion (the program checks), and nothing deadlocks when other MPI
 //! calls (a blocking token ring, an Allreduce, blocking receives and polling that need a send
-//! the codelet holds back) sit between the posts and the completion.
+//! the codelet holds back) sit between the posts and the completion. `neighbor` runs only where
+//! the ranks agreed, inside a collective call of the program; elsewhere the report says why not.
 
 mod common;
 
