@@ -123,6 +123,46 @@ fn stencils_under_every_halo_codelet_mpich_4_ranks() {
     stencil(Mpich, 4, &CASES[..2], &dir);
 }
 
+/// Once the ranks agreed on `neighbor`, every rank calls MPI_Comm_rank between the first two posts
+/// of each later exchange: each rank must post what it holds natively at that call (no rank has
+/// started the collective, so none waits), complete the application's requests however it
+/// completes them, and keep the results bit for bit. Rank 0 starts those exchanges late, so its
+/// peers' Wait calls meet a natively posted message still under way: they hang unless they poll
+/// (checked by disabling the polling: Waits and Waitall time out).
+fn broken_agreements(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("halo-broken-{}", flavour.name()));
+    let program = compile(flavour, "stencil.c", &dir);
+    for completion in ["waitany", "waits", "testsome", "waitall"] {
+        let case = format!("2 10 1 1 20 {completion} allreduce_query mixed");
+        let args: Vec<&str> = case.split_whitespace().collect();
+        let expected = checksum(&run(flavour, np, &program, &dir).args(&args).native().go());
+        let job = run(flavour, np, &program, &dir)
+            .args(&args)
+            .env("COMMTUNE_FORCE", "halo=neighbor")
+            .go();
+        assert_eq!(checksum(&job), expected, "{flavour:?} stencil {case}");
+        let report = job.report();
+        let site = halo_site(&report);
+        assert!(codelet_calls(site, "neighbor") > 0, "{case}: {site:#}");
+        assert!(
+            site["notes"]
+                .to_string()
+                .contains("this rank broke the agreement"),
+            "{case}: {site:#}"
+        );
+    }
+}
+
+#[test]
+fn broken_agreements_fall_back_to_native_openmpi() {
+    broken_agreements(OpenMpi, 4);
+}
+
+#[test]
+fn broken_agreements_fall_back_to_native_mpich() {
+    broken_agreements(Mpich, 2);
+}
+
 /// Tunes the stencil with delays that make each halo codelet in turn the known winner: the
 /// checksum stays the native one and the report names the winner. The cases have a collective
 /// call in each iteration, where the ranks agree to try `neighbor`.

@@ -11,6 +11,10 @@
  *   INTERLEAVE  none | recv (blocking token ring between posts and completion) | allreduce | both
  *               | residual (none in the exchange; an MPI_Allreduce after every 10th iteration,
  *               as a solver checking its residual)
+ *               | allreduce_query (allreduce in the first half of the iterations; in the second
+ *               an MPI_Comm_rank between the first two posts, where held posts must go out, and
+ *               rank 0 starting 5 ms late, so that its peers complete messages it has not sent
+ *               yet; mixed ORDER only)
  *   ORDER       recvs_first (all Irecvs, then all Isends) | sends_first | mixed (per face)
  *   STEP        compute (default) | none (exchanges only, for scripts/bench-halo)
  *
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_DIMS 3
 
@@ -164,14 +169,23 @@ static void post_send(double *grid, int d, int upper_face, const char *how, MPI_
         requests[(*count)++] = request;
 }
 
+/* Set for the iterations where allreduce_query calls MPI_Comm_rank between posts. */
+static int query_between_posts, cart_rank;
+
 static void exchange(double *grid, const char *how, const char *interleave, const char *order)
 {
     MPI_Request requests[4 * MAX_DIMS];
     int count = 0;
+    if (query_between_posts && cart_rank == 0)
+        usleep(5000);
     if (!strcmp(order, "mixed")) {
         for (int d = 0; d < dims; d++)
             for (int f = 0; f < 2; f++) {
                 post_recv(grid, d, f, &requests[count++]);
+                if (query_between_posts && d == 0 && f == 0) {
+                    int me;
+                    MPI_Comm_rank(cart, &me);
+                }
                 post_send(grid, d, f, how, requests, &count);
             }
     } else {
@@ -187,7 +201,8 @@ static void exchange(double *grid, const char *how, const char *interleave, cons
     }
     if (!strcmp(interleave, "recv") || !strcmp(interleave, "both"))
         token_ring();
-    if (!strcmp(interleave, "allreduce") || !strcmp(interleave, "both")) {
+    if (!strcmp(interleave, "allreduce") || !strcmp(interleave, "both") ||
+        (!strcmp(interleave, "allreduce_query") && !query_between_posts)) {
         int one = 1, total;
         MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, cart);
     }
@@ -237,6 +252,7 @@ int main(int argc, char **argv)
         periods[d] = periodic;
     MPI_Cart_create(MPI_COMM_WORLD, dims, shape, periods, 0, &cart);
     MPI_Comm_rank(cart, &rank);
+    cart_rank = rank;
     MPI_Cart_coords(cart, rank, dims, coords);
     for (int d = 0; d < dims; d++)
         MPI_Cart_shift(cart, d, 1, &lower[d], &upper[d]);
@@ -248,6 +264,7 @@ int main(int argc, char **argv)
     double spent = 0.0;
     for (int it = 0; it < iterations; it++) {
         double start = MPI_Wtime();
+        query_between_posts = !strcmp(interleave, "allreduce_query") && it >= iterations / 2;
         exchange(grids[it % 2], how, interleave, order); /* SITE:stencil_exchange */
         if (it >= iterations / 2)
             spent += MPI_Wtime() - start;
