@@ -229,19 +229,24 @@ fn tuning_finds_the_known_winner_mpich_2_ranks() {
     );
 }
 
+/// The halo exchange of the stencil tuned (default knobs) on `np` Open MPI ranks with `args`.
+fn tuned_halo_site(name: &str, np: usize, args: &str) -> Value {
+    let dir = scratch(name);
+    let program = compile(OpenMpi, "stencil.c", &dir);
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let job = run(OpenMpi, np, &program, &dir)
+        .args(&args)
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    halo_site(&job.report()).clone()
+}
+
 /// On one rank without periodic boundaries every message goes to MPI_PROC_NULL: no codelet but
 /// native posts anything, and the report says why the others left the search.
 #[test]
 fn tuning_reports_codelets_that_do_not_apply() {
-    let dir = scratch("halo-tune-inapplicable");
-    let program = compile(OpenMpi, "stencil.c", &dir);
-    let job = run(OpenMpi, 1, &program, &dir)
-        .args(&["2", "8", "1", "0", "40", "waitall", "none"])
-        .env("COMMTUNE_MODE", "tune")
-        .go();
-    job.assert_success();
-    let report = job.report();
-    let site = halo_site(&report);
+    let site = tuned_halo_site("halo-tune-inapplicable", 1, "2 8 1 0 40 waitall none");
     assert_eq!(site["tuning"]["winner"], "native", "{site:#}");
     let notes = site["notes"].to_string();
     assert!(
@@ -254,16 +259,8 @@ fn tuning_reports_codelets_that_do_not_apply() {
 /// and an episode that later changes on one rank would hang its peers), and says so.
 #[test]
 fn tuning_tries_neighbor_only_when_asked() {
-    let dir = scratch("halo-tune-no-neighbor");
-    let program = compile(OpenMpi, "stencil.c", &dir);
-    let job = run(OpenMpi, 2, &program, &dir)
-        .args(&["2", "8", "1", "1", "60", "waitall", "allreduce"])
-        .env("COMMTUNE_MODE", "tune")
-        .go();
-    job.assert_success();
-    let report = job.report();
-    let site = halo_site(&report);
-    assert_eq!(codelet_calls(site, "neighbor"), 0, "{site:#}");
+    let site = tuned_halo_site("halo-tune-no-neighbor", 2, "2 8 1 1 60 waitall allreduce");
+    assert_eq!(codelet_calls(&site, "neighbor"), 0, "{site:#}");
     assert!(
         site["notes"]
             .to_string()

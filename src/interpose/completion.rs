@@ -85,10 +85,9 @@ fn completion(
     kind: Kind,
     call: impl FnOnce() -> (c_int, Completed),
 ) -> c_int {
-    // The request being completed may be a deferred one.
-    if kind == Kind::Free {
-        halo::post_deferred_listed();
-    } else {
+    // The request being completed may be a deferred one (MPI_Request_free posted its own before
+    // deciding who frees the request).
+    if kind != Kind::Free {
         halo::post_deferred();
     }
     if !runtime::enabled() {

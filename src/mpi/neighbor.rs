@@ -268,19 +268,3 @@ unsafe extern "C" fn free(extra: *mut c_void) -> c_int {
 unsafe extern "C" fn cancel(_extra: *mut c_void, _complete: c_int) -> c_int {
     SUCCESS
 }
-
-/// Waits for (`wait`) or tests one of the library's requests; MPI's code and the status once
-/// complete (a failed call counts as complete: its code says why).
-pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<(c_int, MPI_Status)> {
-    let mut status = super::requests::empty_status();
-    let mut flag = 1;
-    // SAFETY: an active request of the library's; MPI writes the flag and the status.
-    let rc = unsafe {
-        if wait {
-            ffi::PMPI_Wait(request, &mut status)
-        } else {
-            ffi::PMPI_Test(request, &mut flag, &mut status)
-        }
-    };
-    (rc != SUCCESS || flag != 0).then_some((rc, status))
-}

@@ -92,18 +92,25 @@ impl Pending {
 
     /// Whether it has completed: tests it, or with `wait` waits for it.
     pub fn done(&mut self, wait: bool) -> bool {
-        let mut flag = 0;
-        // SAFETY: an active request of ours; MPI sets it to MPI_REQUEST_NULL when it completes.
-        let rc = unsafe {
-            if wait {
-                flag = 1;
-                ffi::PMPI_Wait(&mut self.0, ffi::RSMPI_STATUS_IGNORE)
-            } else {
-                ffi::PMPI_Test(&mut self.0, &mut flag, ffi::RSMPI_STATUS_IGNORE)
-            }
-        };
-        rc != super::SUCCESS || flag != 0
+        finish(&mut self.0, wait).is_some()
     }
+}
+
+/// Waits for (`wait`) or tests one of the library's requests; MPI's code and the status once
+/// complete (a failed call counts as complete: its code says why). MPI sets the handle to
+/// MPI_REQUEST_NULL when it completes.
+pub fn finish(request: &mut MPI_Request, wait: bool) -> Option<(c_int, MPI_Status)> {
+    let mut status = empty_status();
+    let mut flag = 1;
+    // SAFETY: an active request of the library's; MPI writes the flag and the status.
+    let rc = unsafe {
+        if wait {
+            ffi::PMPI_Wait(request, &mut status)
+        } else {
+            ffi::PMPI_Test(request, &mut flag, &mut status)
+        }
+    };
+    (rc != super::SUCCESS || flag != 0).then_some((rc, status))
 }
 
 pub fn request_get_status(

@@ -97,7 +97,7 @@ fn id(entry: &Entry) -> usize {
 /// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
 /// which MPI libraries are loaded).
 #[inline]
-pub fn enabled() -> bool {
+pub fn may_agree() -> bool {
     static ENABLED: LazyLock<bool> = LazyLock::new(|| {
         let config = runtime::config();
         let forced = config.forced(Op::Halo);
@@ -140,20 +140,28 @@ pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>,
 
 /// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
 /// Only instances whose first post predicted them count as steady: a rank decides at the first
-/// post whether an instance runs the collective.
+/// post whether an instance runs the collective. The messages are checked and kept only when the
+/// candidate changes, not at every instance.
 pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = Expected>) {
-    if !enabled() {
+    if !may_agree() {
         return;
     }
-    let Ok(messages) = eligibility(ops) else {
+    let mut real = ops.filter(|o| o.peer != mpi::proc_null()).peekable();
+    let Some(comm) = real.peek().map(|o| o.comm) else {
         return;
     };
-    let mut c = communicator(messages[0].comm);
+    let mut c = communicator(comm);
     let site = entry.site.id;
     c.latest = Some(site);
-    match c.candidates.get_mut(&site) {
-        Some(k) if std::ptr::eq(k.entry, entry) && predicted => k.steady += 1,
-        _ => {
+    if let Some(k) = c.candidates.get_mut(&site)
+        && std::ptr::eq(k.entry, entry)
+        && predicted
+    {
+        k.steady += 1;
+        return;
+    }
+    match eligibility(real) {
+        Ok(messages) => {
             let candidate = Candidate {
                 entry,
                 identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
@@ -162,12 +170,15 @@ pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = 
             };
             c.candidates.insert(site, candidate);
         }
+        Err(_) => {
+            c.candidates.remove(&site);
+        }
     }
 }
 
 /// The schedule the next instance of `entry` runs, if the ranks agreed to run it as a collective.
 pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
-    if !enabled() {
+    if !may_agree() {
         return None;
     }
     let u = USES.get(&id(entry))?;
@@ -215,7 +226,7 @@ impl Communicator {
 /// The application called a collective on `comm` (every rank of it does, in the same order).
 #[inline]
 pub fn at_collective(comm: MPI_Comm) {
-    if enabled() {
+    if may_agree() {
         count_collective(comm);
     }
 }

@@ -14,7 +14,7 @@
 mod agree;
 mod edges;
 
-pub use agree::{at_collective, chosen, closed, eligibility, enabled as may_agree, sample};
+pub use agree::{at_collective, chosen, closed, eligibility, may_agree, sample};
 
 use std::cell::RefCell;
 use std::ffi::c_int;
@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use super::deferred;
 use crate::keys::Entry;
-use crate::mpi::neighbor::{Arrays, Block, Generalized, Reported, finish};
-use crate::mpi::requests::{request_at, set_request_at};
+use crate::mpi::neighbor::{Arrays, Block, Generalized, Reported};
+use crate::mpi::requests::{finish, request_at, set_request_at};
 use crate::mpi::{
     self, Comm, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
     PointToPointKind,
@@ -105,6 +105,9 @@ static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// At an episode's first post: whether this instance of `entry` (the key the episode is
 /// predicted to be) runs as an agreed neighbourhood collective; if so the posts are held.
 pub fn begins(entry: &'static Entry) -> bool {
+    if !agree::may_agree() {
+        return false;
+    }
     flush();
     let Some(schedule) = agree::schedule_for(entry) else {
         return false;
