@@ -164,17 +164,20 @@ fn broken_agreements_fall_back_to_native_mpich() {
 }
 
 /// Tunes the stencil with delays that make each halo codelet in turn the known winner: the
-/// checksum stays the native one and the report names the winner. The cases have a collective
-/// call in each iteration, where the ranks agree to try `neighbor`.
+/// checksum stays the native one and the report names the winner. `neighbor` can only win where
+/// the case has a collective call in each iteration (where ranks agree to try it); elsewhere the
+/// report says why it was not agreed. (A collective inside every exchange also couples the ranks'
+/// separate searches, so on 4 oversubscribed ranks those cases are kept out of this test.)
 fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Path) {
     let program = compile(flavour, "stencil.c", dir);
     let args: Vec<&str> = case.split_whitespace().collect();
     let expected = checksum(&run(flavour, np, &program, dir).args(&args).native().go());
+    let agreement_points = case.contains("allreduce") || case.contains("both");
     for &winner in CODELETS {
         let delays: Vec<String> = CODELETS
             .iter()
             .filter(|&&c| c != winner)
-            .map(|c| format!("halo:{c}=1ms"))
+            .map(|c| format!("halo:{c}=5ms"))
             .collect();
         let job = run(flavour, np, &program, dir)
             .args(&args)
@@ -192,9 +195,17 @@ fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Pa
             "{context}: checksum differs from native"
         );
         let report = job.report();
-        let tuning = &halo_site(&report)["tuning"];
+        let site = halo_site(&report);
+        let tuning = &site["tuning"];
         assert_eq!(tuning["phase"], "production", "{context}: {tuning:#}");
-        assert_eq!(tuning["winner"], winner, "{context}: {tuning:#}");
+        if winner == "neighbor" && !agreement_points {
+            assert!(
+                site["notes"].to_string().contains(NOT_AGREED),
+                "{context}: {site:#}"
+            );
+        } else {
+            assert_eq!(tuning["winner"], winner, "{context}: {tuning:#}");
+        }
     }
 }
 
@@ -204,14 +215,14 @@ fn tuning_finds_the_known_winner_openmpi_4_ranks() {
     tuned_stencil(
         OpenMpi,
         4,
-        "2 12 1 1 200 waitall allreduce sends_first",
+        "2 12 1 1 100 waitall none sends_first",
         "local",
         &dir,
     );
     tuned_stencil(
         OpenMpi,
         4,
-        "3 6 1 1 200 testsome both mixed",
+        "3 6 1 1 100 testsome recv mixed",
         "period",
         &dir,
     );

@@ -32,9 +32,8 @@ struct EpisodeTuning {
     search: Option<Search>,
     /// The winner and the instance production started at.
     production: Option<(usize, u64)>,
-    /// The decided search, for the report, and the winner's estimate.
+    /// The decided search, for the report.
     decided: Option<Plan>,
-    winner_estimate: Option<f64>,
     search_instances: u64,
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
@@ -85,17 +84,18 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
-    if ran == NEIGHBOR {
+    if t.production.is_some() {
+        // A `neighbor` trial compares the collective with this rank's winner, instance by
+        // instance.
         let sample = match runtime::config().tuning.timing {
             Timing::Period => previous
-                .filter(|&(_, codelet)| codelet == NEIGHBOR)
+                .filter(|&(_, codelet)| codelet == ran)
                 .map(|(at, _)| now.saturating_sub(at)),
             Timing::Local | Timing::Barrier => Some(ticks),
         };
-        sample.into_iter().for_each(|s| neighbor::sample(entry, s));
-        return;
-    }
-    if t.production.is_some() {
+        sample
+            .into_iter()
+            .for_each(|s| neighbor::sample(entry, ran == NEIGHBOR, s));
         return;
     }
     let Some(search) = &mut t.search else {
@@ -140,8 +140,6 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     if search.step >= search.plan.candidates.len() * repeat()
         && let Some(winner) = search.end_round()
     {
-        let filter = runtime::config().tuning.filter;
-        t.winner_estimate = Some(local_estimate(filter, &search.samples, winner).location);
         t.production = Some((winner, t.instances));
         t.decided = t.search.take().map(|s| s.plan);
     }
@@ -204,9 +202,11 @@ impl Search {
     }
 }
 
-/// The estimate of the codelet this rank decided on for `entry`, once it has.
-pub fn settled_estimate(entry: &Entry) -> Option<f64> {
-    TUNING.get(&id(entry))?.winner_estimate
+/// Whether this rank decided its codelet for `entry`.
+pub fn is_settled(entry: &Entry) -> bool {
+    TUNING
+        .get(&id(entry))
+        .is_some_and(|t| t.production.is_some())
 }
 
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).

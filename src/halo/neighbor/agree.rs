@@ -9,9 +9,9 @@
 //! (site and signature ordinal) and instance count. If every rank proposes the same one at the
 //! same instance, they exchange their message lists, pair sends with receives (`edges`), build
 //! the graph, and switch at the same instance: the first that no rank has begun. Under tuning the
-//! agreed episode is tried for COMMTUNE_SAMPLES instances; at a later agreement point the slowest
-//! rank's estimate for it is compared with the slowest rank's estimate for its own codelet, and
-//! every rank keeps or drops it from the same instance. Each communicator agrees on one episode
+//! trial alternates the collective with each rank's own codelet in pairs of instances until both
+//! have COMMTUNE_SAMPLES samples; at a later agreement point the slowest rank's estimates of the
+//! two are compared, and every rank keeps or drops the collective from the same instance. Each communicator agrees on one episode
 //! at most; after a decision it stops checking.
 
 use std::collections::HashMap;
@@ -75,11 +75,16 @@ enum Phase {
 /// An agreed episode on this rank.
 struct Use {
     schedule: Arc<Schedule>,
-    /// Instances `from..until` run the collective.
+    /// The first instance that may run the collective, and the first the decision applies to
+    /// (before it, a trial alternates the collective with the ranks' own codelets in pairs of
+    /// instances, so that both are measured in the same stretch of the run with every rank in
+    /// the same mode).
     from: u64,
-    until: u64,
+    decided_from: u64,
     phase: Phase,
+    /// The trial's samples of the collective and of the rank's own codelet.
     samples: Vec<f64>,
+    own_samples: Vec<f64>,
     broken: bool,
     /// Its communicator was freed.
     freed: bool,
@@ -183,16 +188,31 @@ pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
     }
     let u = USES.get(&id(entry))?;
     let instance = entry.calls() + 1;
-    let usable = !u.broken && !u.freed;
-    (usable && (u.from..u.until).contains(&instance)).then(|| u.schedule.clone())
+    let collective = if instance < u.from {
+        false
+    } else if instance < u.decided_from {
+        ((instance - u.from) / 2).is_multiple_of(2)
+    } else {
+        u.phase == Phase::Chosen
+    };
+    (collective && !u.broken && !u.freed).then(|| u.schedule.clone())
 }
 
-/// A sample of an instance of `entry` that ran the collective.
-pub fn sample(entry: &Entry, ticks: u64) {
+/// A sample of the instance of `entry` that just completed, which ran the collective or not.
+pub fn sample(entry: &Entry, collective: bool, ticks: u64) {
+    if !may_agree() {
+        return;
+    }
+    let instance = entry.calls();
     if let Some(mut u) = USES.get_mut(&id(entry))
-        && u.phase == Phase::Trial
+        && (u.from..u.decided_from).contains(&instance)
     {
-        u.samples.push(ticks as f64);
+        let samples = if collective {
+            &mut u.samples
+        } else {
+            &mut u.own_samples
+        };
+        samples.push(ticks as f64);
     }
 }
 
@@ -299,9 +319,8 @@ fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
     let (entry, identity, messages) = {
         let c = COMMS.get(&bits);
         let latest = c.as_ref().and_then(|c| c.candidates.get(&c.latest?));
-        let ready = latest.filter(|k| {
-            k.steady >= STEADY && (forced() || tuning::settled_estimate(k.entry).is_some())
-        });
+        let ready =
+            latest.filter(|k| k.steady >= STEADY && (forced() || tuning::is_settled(k.entry)));
         match ready {
             Some(k) => (Some(k.entry), k.identity, k.messages.clone()),
             None => (None, 0, Vec::new()),
@@ -341,9 +360,14 @@ fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
                 Use {
                     schedule: Arc::new(schedule),
                     from: values[6] as u64,
-                    until: u64::MAX,
+                    decided_from: if phase == Phase::Trial {
+                        u64::MAX
+                    } else {
+                        values[6] as u64
+                    },
                     phase,
                     samples: Vec::new(),
+                    own_samples: Vec::new(),
                     broken: false,
                     freed: false,
                 },
@@ -477,19 +501,23 @@ fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype
     let config = runtime::config();
     // Every rank agreed to this trial, so each has its record; a missing one counts as broken
     // rather than leaving the reduction below to the others.
-    let (samples, neighbor, broken) = USES.get(&id(entry)).map_or((0.0, 0.0, true), |u| {
-        let estimate = local_estimate(
-            config.tuning.filter,
-            &[(NEIGHBOR, u.samples.clone())],
-            NEIGHBOR,
-        );
-        (u.samples.len() as f64, estimate.location, u.broken)
+    let estimate = |samples: &[f64]| {
+        let samples = [(NEIGHBOR, samples.to_vec())];
+        local_estimate(config.tuning.filter, &samples, NEIGHBOR).location
+    };
+    let (fewest, neighbor, own, broken) = USES.get(&id(entry)).map_or((0, 0.0, 0.0, true), |u| {
+        let fewest = u.samples.len().min(u.own_samples.len());
+        (
+            fewest,
+            estimate(&u.samples),
+            estimate(&u.own_samples),
+            u.broken,
+        )
     });
-    let best = tuning::settled_estimate(entry).unwrap_or(f64::INFINITY);
     let mut values = [
-        -samples,
+        -(fewest as f64),
         neighbor,
-        best,
+        own,
         f64::from(u8::from(broken)),
         next_instance(entry) as f64,
     ];
@@ -501,14 +529,12 @@ fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype
     let kept = values[3] == 0.0 && values[1] < values[2] * (1.0 - config.tuning.min_gain);
     if let Some(mut u) = USES.get_mut(&id(entry)) {
         u.phase = if kept { Phase::Chosen } else { Phase::Rejected };
-        if !kept {
-            u.until = values[4] as u64;
-        }
+        u.decided_from = values[4] as u64;
     }
     let us = clock::ns_per_tick() / 1e3;
     entry.note(format!(
         "halo codelet neighbor {} at collective call {}: {:.1} us against {:.1} us for the \
-         ranks' own codelets (the slowest rank's estimates){}",
+         ranks' own codelets in the alternate instances (the slowest rank's estimates){}",
         if kept { "kept" } else { "dropped" },
         collective_number(bits),
         values[1] * us,
