@@ -5,7 +5,9 @@
 //! `post_all`), so no MPI call can block while an operation waits.
 //!
 //! The list is process-wide, not per thread: a thread that blocks in MPI while another thread's
-//! sends wait would otherwise deadlock.
+//! sends wait would otherwise deadlock. Whoever takes operations off the list starts them before
+//! releasing it: a thread that finds the list empty (its own operations taken by another thread's
+//! MPI call) may then complete them at once, so they must be active by then.
 
 use std::ffi::c_int;
 use std::sync::Mutex;
@@ -51,11 +53,28 @@ pub fn any() -> bool {
     commtune_deferred_pending.load(Ordering::Acquire) != 0
 }
 
-/// Every held operation, to be started by the caller.
-pub fn take_all() -> Vec<(Reserved, Option<c_int>)> {
+/// Starts every held operation but those `keep` picks (a flag per operation of the list, in
+/// posting order, each with this rank's rank in its communicator when it may go step by step),
+/// which are returned in posting order for the caller to start.
+pub fn start_all_but(
+    keep: impl FnOnce(&[(Reserved, Option<c_int>)]) -> Vec<bool>,
+) -> Vec<(Reserved, Option<c_int>)> {
     let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
+    let kept = keep(&deferred);
+    let mut taken = Vec::new();
+    let kept = kept.into_iter().chain(std::iter::repeat(false));
+    for ((request, stepwise), keep) in deferred.drain(..).zip(kept) {
+        if keep {
+            taken.push((request, stepwise));
+        } else {
+            // A request MPI refuses to start stays an inactive handle the application can
+            // complete.
+            persistent::begin(request);
+        }
+    }
+    // Only now: a thread that sees nothing held goes on as if its operations were started.
     commtune_deferred_pending.fetch_and(!LISTED, Ordering::Release);
-    std::mem::take(&mut *deferred)
+    taken
 }
 
 /// Starts every deferred operation.
@@ -74,6 +93,14 @@ pub fn post_listed() {
     }
 }
 
+/// Posts a message natively after the held ones: a message posted natively must not overtake an
+/// earlier one of its channel (peer, tag, communicator) that is held back, as MPI matches a
+/// channel's messages in posting order.
+pub fn post_listed_then(post: impl FnOnce() -> c_int) -> c_int {
+    post_listed();
+    post()
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_post_deferred() {
     neighbor::flush();
@@ -81,8 +108,5 @@ pub extern "C" fn commtune_post_deferred() {
 }
 
 fn start_listed() {
-    // A request MPI refuses to start stays an inactive handle the application can complete.
-    take_all().into_iter().for_each(|(r, _)| {
-        persistent::begin(r);
-    });
+    start_all_but(|_| Vec::new());
 }

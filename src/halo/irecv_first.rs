@@ -40,6 +40,6 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
             deferred::defer(reserved, None);
             (mpi::SUCCESS, true)
         }
-        None => (call.native(request), false),
+        None => (deferred::post_listed_then(|| call.native(request)), false),
     }
 }

@@ -97,9 +97,20 @@ impl Completed {
     }
 }
 
+/// Whose request a position of a completion call's array held when the call began.
+#[derive(Clone, Copy)]
+enum Owner {
+    Application,
+    /// A persistent request of the library's (`persistent`, or held back by a codelet).
+    Persistent,
+    /// A packed message, with its ticket.
+    Packed(u64),
+}
+
 thread_local! {
-    /// The request array of the completion call in progress, as it was before the call.
-    static BEFORE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// The request array of the completion call in progress, as it was before the call, and whose
+    /// each request was.
+    static BEFORE: RefCell<(Vec<usize>, Vec<Owner>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it.
@@ -159,26 +170,44 @@ pub unsafe fn observe(
     if !tracking && !ours && !packed {
         return call().0;
     }
-    let mut before = BEFORE.take();
+    let (mut before, mut owners) = BEFORE.take();
     before.clear();
     // SAFETY: `requests` holds `count` handles (this function's contract).
     before.extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
+    // Whose each request is must be known before the call: once MPI completes (and frees) a
+    // request, another thread's new request may get its handle before this call returns.
+    owners.clear();
+    owners.resize(count, Owner::Application);
+    if ours {
+        for (owner, &request) in owners.iter_mut().zip(&before) {
+            if persistent::is_started(request) {
+                *owner = Owner::Persistent;
+            }
+        }
+    }
+    if packed {
+        for (owner, ticket) in owners.iter_mut().zip(pack::tickets(&before)) {
+            if let Some(ticket) = ticket {
+                *owner = Owner::Packed(ticket);
+            }
+        }
+    }
     let (rc, completed) = call();
     if tracking {
         episode::completed(caller, &before, &completed);
     }
     if ours || packed {
-        completed.each(count, |i| {
-            if ours && persistent::completed(before[i]) {
+        completed.each(count, |i| match owners[i] {
+            Owner::Application => {}
+            Owner::Persistent => {
+                persistent::completed(before[i]);
                 // SAFETY: `requests` holds `count` writable handles (this function's contract).
                 unsafe { set_request_at(requests, i, mpi::request_null()) };
             }
-            if packed {
-                pack::completed(before[i]);
-            }
+            Owner::Packed(ticket) => pack::completed(before[i], ticket),
         });
     }
-    BEFORE.set(before);
+    BEFORE.set((before, owners));
     rc
 }
 

@@ -41,6 +41,8 @@ pub enum Posted {
 }
 
 struct Packed {
+    /// Tells this message from a later one MPI gives the same handle.
+    ticket: u64,
     bytes: Vec<u8>,
     /// The application's receive buffer, until unpacked.
     into: Option<Buf>,
@@ -52,6 +54,7 @@ struct State {
     active: HashMap<usize, Packed, FxBuildHasher>,
     /// Requests the application freed before they completed.
     orphans: Vec<(Pending, Packed)>,
+    tickets: u64,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
@@ -88,14 +91,18 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> Posted {
     if rc == mpi::SUCCESS {
         // SAFETY: MPI has just written the new request into the application's variable.
         let handle = unsafe { mpi::requests::request_at(request, 0) };
+        let mut state = state();
+        state.tickets += 1;
         let entry = Packed {
+            ticket: state.tickets,
             bytes,
             into: receive.then_some(app),
         };
         // MPI may hand out one handle for several requests that completed at once (Open MPI's
-        // sends to itself): the entry it replaces is complete.
-        let replaced = state().active.insert(handle.bits(), entry);
-        match replaced {
+        // sends to itself), or give a completed request's handle to this thread before the thread
+        // that completed it looked: the entry it replaces is complete. It is finished under the
+        // lock, which that thread takes before returning to the application.
+        match state.active.insert(handle.bits(), entry) {
             Some(done) => finish(done),
             None => {
                 IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
@@ -119,9 +126,26 @@ pub fn any_in_flight() -> bool {
     IN_FLIGHT.load(Ordering::Relaxed) > 0
 }
 
-/// The request that was `request` completed: unpacks a receive and releases the buffer.
-pub fn completed(request: usize) {
-    let done = state().active.remove(&request);
+/// The tickets of the packed messages among `requests`, taken before a completion call: once MPI
+/// completes a request, another thread's new one may get its handle before the call returns.
+pub fn tickets(requests: &[usize]) -> Vec<Option<u64>> {
+    let state = state();
+    requests
+        .iter()
+        .map(|r| state.active.get(r).map(|p| p.ticket))
+        .collect()
+}
+
+/// The packed message `request` with `ticket` completed: unpacks a receive and releases the
+/// buffer.
+pub fn completed(request: usize, ticket: u64) {
+    let done = {
+        let mut state = state();
+        match state.active.get(&request) {
+            Some(p) if p.ticket == ticket => state.active.remove(&request),
+            _ => None,
+        }
+    };
     if let Some(done) = done {
         IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
         finish(done);

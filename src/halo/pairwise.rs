@@ -39,17 +39,19 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
     if call.peer == mpi::proc_null() {
         return (call.native(request), true);
     }
-    if call.peer == mpi::any_source() || !mpi::sees_every_call() {
-        return (call.native(request), false);
-    }
-    match persistent::reserve(call, true) {
+    let reserved = if call.peer == mpi::any_source() || !mpi::sees_every_call() {
+        None
+    } else {
+        persistent::reserve(call, true)
+    };
+    match reserved {
         Some(reserved) => {
             // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
             unsafe { set_request_at(request, 0, reserved.handle()) };
             deferred::defer(reserved, Some(mpi::comm_rank(call.comm)));
             (mpi::SUCCESS, true)
         }
-        None => (call.native(request), false),
+        None => (deferred::post_listed_then(|| call.native(request)), false),
     }
 }
 
@@ -63,27 +65,31 @@ pub unsafe fn run_steps(requests: *const MPI_Request, count: usize) -> Vec<(usiz
     if !deferred::any() {
         return Vec::new();
     }
-    let held = deferred::take_all();
     // SAFETY: `requests` holds `count` handles (this function's contract).
     let positions: FxHashMap<usize, usize> = (0..count)
         .map(|i| (unsafe { request_at(requests, i) }.bits(), i))
         .collect();
-    let mut stepwise: Vec<(Reserved, c_int)> = Vec::new();
-    for (r, me) in held {
-        match me {
-            Some(me) if positions.contains_key(&r.handle().bits()) => stepwise.push((r, me)),
-            _ => {
-                persistent::begin(r);
-            }
-        }
-    }
-    let comm = stepwise.first().map(|(r, _)| r.partner().1);
-    if stepwise.iter().any(|(r, _)| Some(r.partner().1) != comm) {
-        stepwise.into_iter().for_each(|(r, _)| {
-            persistent::begin(r);
-        });
-        return Vec::new();
-    }
+    let kept = deferred::start_all_but(|held| {
+        let steps: Vec<bool> = held
+            .iter()
+            .map(|(r, me)| me.is_some() && positions.contains_key(&r.handle().bits()))
+            .collect();
+        let comm = held
+            .iter()
+            .zip(&steps)
+            .find_map(|((r, _), &step)| step.then_some(r.partner().1));
+        // Steps reorder messages: only where they are all of one communicator's held messages,
+        // so that no other held message can overtake one of them or be overtaken.
+        let alone = held
+            .iter()
+            .zip(&steps)
+            .all(|((r, _), &step)| step == (Some(r.partner().1) == comm));
+        if alone { steps } else { Vec::new() }
+    });
+    let mut stepwise: Vec<(Reserved, c_int)> = kept
+        .into_iter()
+        .filter_map(|(r, me)| Some((r, me?)))
+        .collect();
     stepwise.sort_by_key(|(r, me)| {
         let peer = r.partner().0;
         ((*me).min(peer), (*me).max(peer))

@@ -182,6 +182,11 @@ pub fn any_started() -> bool {
     IN_FLIGHT.load(Ordering::Relaxed) > 0
 }
 
+/// Whether `request` is one of the library's started requests.
+pub fn is_started(request: usize) -> bool {
+    STARTED.contains_key(&request)
+}
+
 /// Removes `request` from the started requests, returning its message and itself.
 fn unstart(request: usize) -> Option<(Message, Persistent)> {
     let (_, started) = STARTED.remove(&request)?;
@@ -194,11 +199,11 @@ fn holds(slot: &Slot, request: usize) -> bool {
     matches!(slot, Slot::Started(p) if p.handle().bits() == request)
 }
 
-/// The request that was `request` completed: true when it is ours (the application's handle is
-/// to become MPI_REQUEST_NULL). It is kept for the next post, or freed if its message is gone.
-pub fn completed(request: usize) -> bool {
+/// The library's started request `request` completed (the application's handle is to become
+/// MPI_REQUEST_NULL). It is kept for the next post, or freed if its message is gone.
+pub fn completed(request: usize) {
     let Some((message, ours)) = unstart(request) else {
-        return false;
+        return;
     };
     let kept = MESSAGES.get_mut(&message).is_some_and(|mut slot| {
         let current = holds(&slot, request);
@@ -210,7 +215,6 @@ pub fn completed(request: usize) -> bool {
     if !kept {
         ours.free();
     }
-    true
 }
 
 /// The application is freeing `request` with MPI_Request_free: if it is ours, MPI frees it when it

@@ -3,12 +3,13 @@
 //! requests, which stand for the application's Isend/Irecv handles while one collective carries
 //! their messages.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 
 use mpi_sys as ffi;
 
 use super::datatype::{Buf, MpiResult, check};
-use super::{Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status, Requests, SUCCESS};
+use super::{Comm, MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status, Requests, SUCCESS};
 
 /// One block of a neighbourhood alltoallw: the application's buffer of one message.
 #[derive(Clone, Copy)]
@@ -63,7 +64,31 @@ impl Comm {
 
     /// A communicator with the distributed-graph topology `sources` → this rank → `destinations`
     /// (edges in order, repeated peers allowed), ranks kept. Collective.
-    pub fn dist_graph(&self, sources: &[c_int], destinations: &[c_int]) -> MpiResult<Comm> {
+    pub fn dist_graph(&self, sources: &[c_int], destinations: &[c_int]) -> MpiResult<Graph> {
+        // MPICH 4.0.2's neighbourhood alltoallw (blocking and not) leaves receive blocks unwritten,
+        // or crashes, on a rank with more sources than destinations (a rank with sources only
+        // receives nothing at all). So every pair of ranks gets as many edges one way as the
+        // other: the missing ones carry nothing, and come after every real edge in both lists,
+        // so that the k-th edge from a peer still meets the k-th edge to this rank.
+        let (mut sources, mut destinations) = (sources.to_vec(), destinations.to_vec());
+        let mut balance: BTreeMap<c_int, i64> = BTreeMap::new();
+        destinations
+            .iter()
+            .for_each(|&p| *balance.entry(p).or_default() += 1);
+        sources
+            .iter()
+            .for_each(|&p| *balance.entry(p).or_default() -= 1);
+        let mut padding = Padding::default();
+        for (&peer, &more_sends) in &balance {
+            let (list, extra) = if more_sends > 0 {
+                (&mut sources, &mut padding.recvs)
+            } else {
+                (&mut destinations, &mut padding.sends)
+            };
+            let n = more_sends.unsigned_abs() as usize;
+            list.extend(std::iter::repeat_n(peer, n));
+            *extra += n;
+        }
         let indegree = c_int::try_from(sources.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
         let outdegree =
             c_int::try_from(destinations.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
@@ -85,13 +110,32 @@ impl Comm {
         })?;
         // SAFETY: sets the error handler of our own communicator.
         check(unsafe { ffi::PMPI_Comm_set_errhandler(graph, ffi::RSMPI_ERRORS_RETURN) })?;
-        Ok(Comm {
+        Ok(Graph {
             raw: graph,
-            rank: self.rank,
-            size: self.size,
+            padding,
         })
     }
+}
 
+/// Edges of a graph that carry nothing (`Comm::dist_graph`), after the real ones.
+#[derive(Default)]
+struct Padding {
+    sends: usize,
+    recvs: usize,
+}
+
+/// A distributed-graph communicator of the library's.
+pub struct Graph {
+    pub raw: MPI_Comm,
+    padding: Padding,
+}
+
+// SAFETY: an MPI communicator handle may be used from any thread (MPI_THREAD_MULTIPLE).
+unsafe impl Send for Graph {}
+// SAFETY: as above.
+unsafe impl Sync for Graph {}
+
+impl Graph {
     /// Starts MPI_Ineighbor_alltoallw on this graph communicator: `sends[i]` goes to destination
     /// edge `i`, `recvs[j]` comes from source edge `j`. The arrays it returns must live until the
     /// request completes (MPI may read them until then).
@@ -101,8 +145,8 @@ impl Comm {
         recvs: &[Block],
     ) -> MpiResult<(MPI_Request, Arrays)> {
         let arrays = Arrays {
-            sends: columns(sends),
-            recvs: columns(recvs),
+            sends: columns(sends, self.padding.sends),
+            recvs: columns(recvs, self.padding.recvs),
         };
         let (send_base, send_counts, send_displs, send_types) = &arrays.sends;
         let (recv_base, recv_counts, recv_displs, recv_types) = &arrays.recvs;
@@ -144,19 +188,31 @@ pub struct Arrays {
 // SAFETY: plain arrays and an address MPI reads; nothing here is dereferenced by Rust.
 unsafe impl Send for Arrays {}
 
-/// The base address and the count, displacement and datatype arrays of `blocks`.
-fn columns(blocks: &[Block]) -> Columns {
+/// The base address and the count, displacement and datatype arrays of `blocks`, then `padding`
+/// empty blocks. The arrays are never empty: MPICH 4.0.2 reads them on a rank without edges, and
+/// an empty Vec's pointer is dangling.
+fn columns(blocks: &[Block], padding: usize) -> Columns {
     let base = blocks
         .iter()
         .map(|b| b.buf)
         .min()
         .unwrap_or(std::ptr::null_mut());
-    let displs = blocks
-        .iter()
-        .map(|b| (b.buf as isize - base as isize) as ffi::MPI_Aint)
-        .collect();
-    let counts = blocks.iter().map(|b| b.count).collect();
-    let types = blocks.iter().map(|b| b.datatype).collect();
+    let n = (blocks.len() + padding).max(1);
+    let (mut counts, mut displs, mut types) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for b in blocks {
+        counts.push(b.count);
+        displs.push((b.buf as isize - base as isize) as ffi::MPI_Aint);
+        types.push(b.datatype);
+    }
+    for _ in 0..padding {
+        counts.push(0);
+        displs.push(0);
+        types.push(super::constants().byte);
+    }
     (base, counts, displs, types)
 }
 

@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex};
 
 use super::deferred;
 use crate::keys::Entry;
-use crate::mpi::neighbor::{Arrays, Block, Generalized, Reported};
+use crate::mpi::neighbor::{Arrays, Block, Generalized, Graph, Reported};
 use crate::mpi::requests::{finish, request_at, set_request_at};
 use crate::mpi::{
-    self, Comm, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
+    self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
     PointToPointKind,
 };
 
@@ -71,7 +71,7 @@ pub struct Schedule {
     /// Per message, its block among the collective's sends or receives.
     blocks: Vec<usize>,
     sends: usize,
-    graph: Comm,
+    graph: Graph,
 }
 
 /// An instance being posted: the messages so far, each with the request the application holds.
