@@ -139,7 +139,7 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         // SAFETY: the request variable holds the handle just written.
         episode::posted(call, unsafe { request_at(request, 0) }, used);
         if used == IRECV_FIRST && episode::receives_outstanding() == Some(false) {
-            deferred::post_all();
+            deferred::post_listed();
         }
     }
     rc
