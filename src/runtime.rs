@@ -103,13 +103,19 @@ pub fn started() -> Option<&'static Process> {
     }))
 }
 
-/// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away.
-pub fn finalizing() {
+/// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away; it
+/// writes it once MPI is finalized (`finalized`).
+pub fn finalizing() -> Option<report::Gathered> {
     if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
-        return;
+        return None;
     }
-    if let Some(process) = process() {
-        report::gather_and_write(process, config());
+    report::gather(process()?)
+}
+
+/// MPI_Finalize returned: rank 0 writes what `finalizing` gathered.
+pub fn finalized(gathered: Option<report::Gathered>) {
+    if let (Some(gathered), Some(process)) = (gathered, PROCESS.get()) {
+        gathered.publish(process, config());
     }
 }
 

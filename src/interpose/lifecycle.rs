@@ -29,6 +29,8 @@ pub extern "C" fn commtune_finalize() -> c_int {
     if runtime::enabled() {
         halo::finalizing();
     }
-    runtime::finalizing();
-    mpi::finalize()
+    let gathered = runtime::finalizing();
+    let rc = mpi::finalize();
+    runtime::finalized(gathered);
+    rc
 }

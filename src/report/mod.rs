@@ -21,8 +21,21 @@ fn rank_data(process: &Process) -> RankData {
     }
 }
 
-/// Collective over MPI_COMM_WORLD (called from MPI_Finalize on every rank).
-pub fn gather_and_write(process: &Process, config: &Config) {
+/// Every rank's data, gathered on rank 0, to publish once MPI is finalized.
+pub struct Gathered(Vec<RankData>);
+
+impl Gathered {
+    /// Merges, symbolizes and writes the report: after MPI_Finalize, so that rank 0 does not
+    /// reach it long after the other ranks (MPICH 4.0.2 over UCX's TCP transport then hung in
+    /// MPI_Finalize now and then: rank 0 flushing its connections while the others waited).
+    pub fn publish(self, process: &Process, config: &Config) {
+        publish(&self.0, process, config);
+    }
+}
+
+/// Collective over MPI_COMM_WORLD (called from MPI_Finalize on every rank): on rank 0, the data
+/// of every rank.
+pub fn gather(process: &Process) -> Option<Gathered> {
     let mine = match serde_json::to_vec(&rank_data(process)) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -35,18 +48,15 @@ pub fn gather_and_write(process: &Process, config: &Config) {
     };
     let Some(comm) = mpi::comm_dup(mpi::comm_world()) else {
         eprintln!("commtune: cannot create the report communicator; no report");
-        return;
+        return None;
     };
     let gathered = mpi::gather_bytes(comm, &mine);
     mpi::comm_free(comm);
-    let Some(gathered) = gathered else {
-        return;
-    };
-    let ranks: Vec<RankData> = gathered
+    let ranks = gathered?
         .iter()
         .filter_map(|bytes| serde_json::from_slice(bytes).ok())
         .collect();
-    publish(&ranks, process, config);
+    Some(Gathered(ranks))
 }
 
 /// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0.

@@ -190,6 +190,8 @@ pub struct Run<'a> {
     env: Vec<(String, String)>,
     dir: &'a Path,
     preload: bool,
+    /// One rank per host of the cluster in a box (`Cluster`), over TCP.
+    on_cluster: bool,
 }
 
 pub fn run<'a>(flavour: Flavour, np: usize, program: &Path, dir: &'a Path) -> Run<'a> {
@@ -200,6 +202,7 @@ pub fn run<'a>(flavour: Flavour, np: usize, program: &Path, dir: &'a Path) -> Ru
         env: Vec::new(),
         dir,
         preload: true,
+        on_cluster: false,
     }
 }
 
@@ -211,6 +214,12 @@ impl Run<'_> {
 
     pub fn args(mut self, args: &[&str]) -> Self {
         self.program.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Runs one rank per host of the cluster in a box; hold a `Cluster` meanwhile.
+    pub fn on_cluster(mut self) -> Self {
+        self.on_cluster = true;
         self
     }
 
@@ -227,7 +236,11 @@ impl Run<'_> {
         let _one_at_a_time = lock();
         let report_path = self.dir.join("report.json");
         let _ = std::fs::remove_file(&report_path);
-        let mut cmd = self.flavour.launcher(self.np);
+        let mut cmd = if self.on_cluster {
+            cluster_launcher(self.flavour, self.np)
+        } else {
+            self.flavour.launcher(self.np)
+        };
         let mut env = self.env.clone();
         if !env.iter().any(|(k, _)| k == "COMMTUNE_REPORT") {
             env.push((
@@ -252,6 +265,60 @@ impl Run<'_> {
             report_path,
         }
     }
+}
+
+/// The cluster in a box (scripts/cluster: network namespaces on a bridge, shaped NICs) while any
+/// test holds one: the first made sets it up, the last dropped takes it down.
+pub struct Cluster;
+
+static CLUSTER_USERS: Mutex<usize> = Mutex::new(0);
+
+impl Cluster {
+    /// `hosts` hosts with NICs at `rate` (as tc takes it). Needs root, as CI has.
+    pub fn up(hosts: usize, rate: &str) -> Cluster {
+        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
+        if *users == 0 {
+            cluster(&["up", "--hosts", &hosts.to_string(), "--rate", rate]);
+        }
+        *users += 1;
+        Cluster
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
+        *users -= 1;
+        if *users == 0 {
+            cluster(&["down"]);
+        }
+    }
+}
+
+fn cluster(args: &[&str]) -> String {
+    let out = Command::new(root().join("scripts/cluster"))
+        .args(args)
+        .output()
+        .expect("run scripts/cluster");
+    assert!(
+        out.status.success(),
+        "scripts/cluster {args:?} failed (it needs root and iproute2):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The cluster's launcher for `flavour` with `np` ranks, one per host.
+fn cluster_launcher(flavour: Flavour, np: usize) -> Command {
+    let words = cluster(&["launcher", flavour.name(), "-np", &np.to_string()]);
+    let mut words = words.lines();
+    let mut cmd = Command::new(words.next().expect("a launcher"));
+    cmd.args(words);
+    if flavour == OpenMpi {
+        // As `launcher`: Open MPI 4.1.4's AVX op component gets 8-bit sums wrong on this host.
+        cmd.args(["--mca", "op", "^avx"]);
+    }
+    cmd
 }
 
 fn lock() -> MutexGuard<'static, ()> {
