@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::{self, Config, Mode};
+use crate::say::say;
 use crate::{clock, mpi, report};
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -42,7 +43,7 @@ pub fn load() {
 
 /// A library built for the other MPI would crash inside MPI: stop with a clear message instead.
 fn refuse(message: &str) -> ! {
-    eprintln!("{message}");
+    say!("{message}");
     // SAFETY: terminating the process; nothing of the application has run yet or can run safely.
     unsafe { libc::_exit(1) }
 }
@@ -87,10 +88,10 @@ pub fn started() -> Option<&'static Process> {
         };
         if process.rank == 0 {
             for problem in PROBLEMS.get().into_iter().flatten() {
-                eprintln!("{problem}");
+                say!("{problem}");
             }
             if config().verbose >= 1 {
-                eprintln!(
+                say!(
                     "commtune: {} ranks, {}, built for {}, {:?}",
                     process.size,
                     process.mpi,

@@ -19,6 +19,7 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::config::Mode;
+use crate::say::say;
 use crate::site::{self, Caller, SiteRef};
 use crate::{codelets, runtime, tuner};
 
@@ -349,7 +350,7 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
 fn new_entry(key: CallKey, description: Description) -> &'static Entry {
     let site = site::describe(key.caller);
     if runtime::config().verbose >= 2 {
-        eprintln!(
+        say!(
             "commtune[{}]: new {} site {}+{:#x}: {}",
             runtime::process().map_or(-1, |p| i64::from(p.rank)),
             key.op.name(),

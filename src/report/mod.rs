@@ -7,6 +7,7 @@ use commtune_report::{RankData, Report};
 
 use crate::config::{Config, ReportTarget};
 use crate::runtime::Process;
+use crate::say::{self, say};
 use crate::site::Symbolizer;
 use crate::{clock, keys, mpi};
 
@@ -26,7 +27,7 @@ pub fn gather_and_write(process: &Process, config: &Config) {
     let mine = match serde_json::to_vec(&rank_data(process)) {
         Ok(bytes) => bytes,
         Err(e) => {
-            eprintln!(
+            say!(
                 "commtune: rank {}: cannot encode the report data: {e}",
                 process.rank
             );
@@ -34,7 +35,7 @@ pub fn gather_and_write(process: &Process, config: &Config) {
         }
     };
     let Some(comm) = mpi::comm_dup(mpi::comm_world()) else {
-        eprintln!("commtune: cannot create the report communicator; no report");
+        say!("commtune: cannot create the report communicator; no report");
         return;
     };
     let gathered = mpi::gather_bytes(comm, &mine);
@@ -61,11 +62,11 @@ fn publish(ranks: &[RankData], process: &Process, config: &Config) {
     let report = commtune_report::merge(ranks, &process.mpi, process.size, |site| {
         symbolizer.locate(site)
     });
-    eprint!("{}", commtune_report::summary(&report, SUMMARY_SITES));
+    say::text(commtune_report::summary(&report, SUMMARY_SITES));
     if let Some(path) = report_path(&config.report) {
         match write(&report, &path) {
-            Ok(()) => eprintln!("commtune: report written to {}", path.display()),
-            Err(e) => eprintln!(
+            Ok(()) => say!("commtune: report written to {}", path.display()),
+            Err(e) => say!(
                 "commtune: cannot write the report to {}: {e}",
                 path.display()
             ),

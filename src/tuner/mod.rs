@@ -37,6 +37,7 @@ pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
 use crate::keys::Entry;
 use crate::mpi::{self, Comm};
+use crate::say::say;
 use crate::{clock, runtime};
 
 /// How search samples are timed (COMMTUNE_TIMING).
@@ -498,7 +499,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
 fn trace(entry: &Entry, line: impl FnOnce() -> String) {
     if runtime::config().verbose >= 2 {
         let rank = runtime::process().map_or(-1, |p| i64::from(p.rank));
-        eprintln!(
+        say!(
             "commtune[{rank}]: tune {} {}+{:#x}: {}",
             entry.op.name(),
             crate::site::file_name(&entry.site.object),
