@@ -2,12 +2,20 @@
 
 use std::fmt::Write;
 
-use crate::Report;
+use crate::{Report, Saving, SiteReport, TuningData};
 
 /// The summary of `report` with at most `top` sites.
 pub fn summary(report: &Report, top: usize) -> String {
     let mut out = String::new();
-    let in_calls: f64 = report.sites.iter().map(|s| s.time.share).sum();
+    // Version 1 reports lack the capped figure: their site shares, capped at the whole run.
+    let in_calls = report.share_in_calls.unwrap_or_else(|| {
+        report
+            .sites
+            .iter()
+            .map(|s| s.time.share)
+            .fold(0.0, |a, b| a + b)
+            .min(1.0)
+    });
     let partial = if report.ranks_reporting < report.nprocs {
         format!(" (data of {} ranks only)", report.ranks_reporting)
     } else {
@@ -15,33 +23,50 @@ pub fn summary(report: &Report, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "commtune: {} ranks, {}, run {:.3} s, {} sites, {:.1}% of the time in intercepted calls{partial}",
+        "commtune: {} ranks, {}, run {:.3} s, {} sites, {} of the time in intercepted calls{partial}",
         report.nprocs,
         report.mpi,
         report.run_time_s,
         report.sites.len(),
-        in_calls * 100.0
+        percent(in_calls)
     );
+    if let Some(aborted) = report.aborted {
+        let _ = writeln!(
+            out,
+            "commtune: partial report: rank {} called MPI_Abort (error code {}); this is what that \
+             rank had measured",
+            aborted.rank, aborted.code
+        );
+    }
     if report.sites.is_empty() {
         return out;
     }
     let _ = writeln!(
         out,
-        "  {:>6} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} location",
+        "  {:>12} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} location",
         "share", "calls", "bytes", "p50", "p99", "op", "codelet"
     );
-    for site in report.sites.iter().take(top) {
+    let shown = || report.sites.iter().take(top);
+    for site in shown() {
+        let untimed = site.time.timed_calls == Some(0);
+        let quantile = |us: f64| if untimed { "-".to_string() } else { micros(us) };
         let _ = writeln!(
             out,
-            "  {:>5.1}% {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} {}",
-            site.time.share * 100.0,
+            "  {:>12} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} {}",
+            share(site),
             site.calls,
             bytes(site.bytes),
-            micros(site.time.p50_us),
-            micros(site.time.p99_us),
+            quantile(site.time.p50_us),
+            quantile(site.time.p99_us),
             site.op.name(),
             site.codelet,
             site.location
+        );
+    }
+    if shown().any(|s| s.time.estimated_s > 0.0) {
+        let _ = writeln!(
+            out,
+            "  ~: partly estimated (tuned calls are timed one in eight), \u{b1} the 95% interval"
         );
     }
     tuning(&mut out, report, top);
@@ -73,8 +98,8 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
     }
     let _ = writeln!(
         out,
-        "  tuning: {:<10} {:<18} {:>8} {:>10}  location / estimates or reason",
-        "phase", "winner", "searched", "saved"
+        "  tuning: {:<10} {:<18} {:>8} {:>22}  location / estimates or reason",
+        "phase", "winner", "searched", "saved in this run"
     );
     for (site, t) in tuned {
         let detail = match &t.reason {
@@ -88,22 +113,57 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         };
         let _ = writeln!(
             out,
-            "          {:<10} {:<18} {:>8} {:>10}  {}: {detail}",
+            "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",
             t.phase,
             t.winner.as_deref().unwrap_or("-"),
             t.search_instances,
-            seconds(t.saved_s),
+            saved(t),
             site.location
         );
     }
 }
 
-fn seconds(s: f64) -> String {
-    if s == 0.0 {
-        "-".to_string()
+/// A site's share of the run; `~` and the interval when part of it is estimated.
+fn share(site: &SiteReport) -> String {
+    if site.time.estimated_s > 0.0 {
+        format!(
+            "~{}\u{b1}{:.1}",
+            percent(site.time.share),
+            100.0 * site.time.share_error
+        )
     } else {
-        micros(s * 1e6)
+        percent(site.time.share)
     }
+}
+
+/// `12.3%`; never `-0.0%`.
+fn percent(fraction: f64) -> String {
+    format!(
+        "{:.1}%",
+        if fraction > 0.0 {
+            100.0 * fraction
+        } else {
+            0.0
+        }
+    )
+}
+
+/// What the winner saved, as measured, with its 95 % interval.
+fn saved(t: &TuningData) -> String {
+    match (&t.saving, t.saved_s) {
+        (Some(s), _) if !s.measurable() => "no measurable saving".to_string(),
+        (Some(s), _) => {
+            let what = if s.saved_s > 0.0 { "" } else { "cost " };
+            format!("{what}{} \u{b1}{}", micros(s.saved_s.abs() * 1e6), error(s))
+        }
+        // Version 1 reports: the old estimate, labelled as such.
+        (None, Some(v1)) if v1 != 0.0 => format!("~{} (estimate)", micros(v1 * 1e6)),
+        (None, _) => "-".to_string(),
+    }
+}
+
+fn error(s: &Saving) -> String {
+    micros((s.high_s - s.low_s) * 0.5e6)
 }
 
 fn bytes(b: u64) -> String {

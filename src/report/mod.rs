@@ -1,9 +1,10 @@
 //! The end-of-run report: every rank's keys gathered to rank 0 on a private communicator at
 //! MPI_Finalize, merged, symbolized, written as JSON and summarised on stderr.
 
-use std::path::PathBuf;
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
 
-use commtune_report::{RankData, Report};
+use commtune_report::{Aborted, RankData, Report};
 
 use crate::config::{Config, ReportTarget};
 use crate::runtime::Process;
@@ -47,19 +48,28 @@ pub fn gather_and_write(process: &Process, config: &Config) {
         .iter()
         .filter_map(|bytes| serde_json::from_slice(bytes).ok())
         .collect();
-    publish(&ranks, process, config);
+    publish(&ranks, process, config, None);
 }
 
 /// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0.
 pub fn write_local(process: &Process, config: &Config) {
     if process.rank == 0 {
-        publish(&[rank_data(process)], process, config);
+        publish(&[rank_data(process)], process, config, None);
     }
 }
 
-fn publish(ranks: &[RankData], process: &Process, config: &Config) {
+/// MPI_Abort on this rank, whichever it is: its own data, marked with the abort.
+pub fn write_aborted(process: &Process, config: &Config, code: c_int) {
+    let aborted = Aborted {
+        rank: process.rank,
+        code,
+    };
+    publish(&[rank_data(process)], process, config, Some(aborted));
+}
+
+fn publish(ranks: &[RankData], process: &Process, config: &Config, aborted: Option<Aborted>) {
     let mut symbolizer = Symbolizer::default();
-    let report = commtune_report::merge(ranks, &process.mpi, process.size, |site| {
+    let report = commtune_report::merge(ranks, &process.mpi, process.size, aborted, |site| {
         symbolizer.locate(site)
     });
     say::text(commtune_report::summary(&report, SUMMARY_SITES));
@@ -74,9 +84,16 @@ fn publish(ranks: &[RankData], process: &Process, config: &Config) {
     }
 }
 
-fn write(report: &Report, path: &PathBuf) -> std::io::Result<()> {
+/// Writes through a temporary file renamed into place: a writer cut short by MPI_Abort, or two
+/// ranks aborting at once, never leave a torn report.
+fn write(report: &Report, path: &Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
-    std::fs::write(path, json)
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&temporary, json)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
 }
 
 /// The configured path; by default `commtune-<job id>.json` with the batch system's job id, or
