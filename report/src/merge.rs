@@ -421,6 +421,83 @@ mod tests {
     }
 
     #[test]
+    fn estimates_and_shares_never_exceed_the_run() {
+        // Rank 0 measured 600 of its 1000 ns and estimates 900 more; rank 1's threads overlap.
+        let mut estimated = key(1, Op::Allreduce, 10, 600, vec![(60, 10)]);
+        estimated.estimated_ns = 900;
+        estimated.estimate_error_ns = 500;
+        let overlapping = key(1, Op::Allreduce, 10, 1500, vec![(150, 10)]);
+        let ranks = vec![
+            RankData {
+                rank: 0,
+                run_ns: 1000,
+                keys: vec![estimated],
+            },
+            RankData {
+                rank: 1,
+                run_ns: 1000,
+                keys: vec![overlapping],
+            },
+        ];
+        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
+        let site = &report.sites[0];
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+        assert!(
+            close(site.ranks.time_s.min, 1000e-9),
+            "rank 0 capped at its run"
+        );
+        assert_eq!(site.time.share, 1.0);
+        assert_eq!(report.share_in_calls, Some(1.0));
+        assert!(site.notes.iter().any(|n| n.contains("calls overlapped")));
+        // The slowest rank (1) measured everything: no estimate in its total.
+        assert!(close(site.time.total_s, 1500e-9));
+        assert_eq!(site.time.estimated_s, 0.0);
+        assert!(
+            close(site.time.share_error, 400.0 / 2000.0),
+            "error capped too"
+        );
+    }
+
+    #[test]
+    fn savings_are_the_mean_over_ranks() {
+        let saving = |saved_s: f64| Saving {
+            replaced: "native".into(),
+            replaced_us: 10.0,
+            winner_us: 5.0,
+            calls: 100,
+            saved_s,
+            low_s: saved_s - 1.0,
+            high_s: saved_s + 1.0,
+        };
+        let ranks: Vec<RankData> = [4.0, 2.0]
+            .into_iter()
+            .enumerate()
+            .map(|(rank, saved)| {
+                let mut k = key(1, Op::Allreduce, 10, 100, vec![(10, 10)]);
+                k.tuning = Some(TuningData {
+                    phase: "production".into(),
+                    reason: None,
+                    winner: Some("ring".into()),
+                    search_instances: 8,
+                    searches: 1,
+                    rounds: 4,
+                    codelets: Vec::new(),
+                    saved_s: None,
+                    saving: Some(saving(saved)),
+                });
+                RankData {
+                    rank: rank as u32,
+                    run_ns: 1000,
+                    keys: vec![k],
+                }
+            })
+            .collect();
+        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
+        let merged = report.sites[0].tuning.as_ref().unwrap().saving.clone();
+        assert_eq!(merged, Some(saving(3.0)));
+    }
+
+    #[test]
     fn quantiles_walk_buckets() {
         let h: BTreeMap<u64, u64> = [(10, 50), (20, 40), (100, 10)].into();
         assert_eq!(quantile(&h, 0.5), 10);

@@ -194,6 +194,88 @@ fn micros(us: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Aborted, check_version};
+
+    /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
+    const VERSION_1: &str = r#"{"version":1,"mpi":"Test MPI","nprocs":2,"ranks_reporting":2,
+        "run_time_s":1.0,"sites":[{"op":"allreduce","location":"a.c:3 (main)","file":"a.c",
+        "line":3,"function":"main","object":"/bin/a","address":"0x10","signature":"count=1",
+        "calls":100,"bytes":800,"time":{"total_s":0.5,"min_us":1.0,"p50_us":2.0,"p90_us":3.0,
+        "p99_us":4.0,"max_us":5.0,"share":0.6},"codelet":"ring","codelets":{"ring":100},
+        "tuning":{"phase":"production","reason":null,"winner":"ring","search_instances":20,
+        "searches":1,"rounds":3,"codelets":[],"saved_s":0.25},
+        "ranks":{"count":2,"calls":{"min":100,"max":100},"bytes":{"min":800,"max":800},
+        "time_s":{"min":0.4,"max":0.5}}}]}"#;
+
+    fn version_1() -> Report {
+        serde_json::from_str(VERSION_1).expect("version 1 reports stay readable")
+    }
+
+    #[test]
+    fn older_reports_are_read_and_newer_refused() {
+        let report = version_1();
+        assert!(check_version(report.version).is_ok());
+        let text = summary(&report, 10);
+        assert!(text.contains("60.0% of the time"), "{text}");
+        assert!(text.contains("~250.00 ms (estimate)"), "{text}");
+        assert!(
+            check_version(crate::VERSION + 1)
+                .unwrap_err()
+                .contains("newer")
+        );
+    }
+
+    #[test]
+    fn no_sites_is_zero_percent_not_minus_zero() {
+        let mut report = version_1();
+        report.sites.clear();
+        let text = summary(&report, 10);
+        assert!(text.contains(" 0.0% of the time"), "{text}");
+        assert!(!text.contains("-0.0"), "{text}");
+    }
+
+    #[test]
+    fn estimates_savings_and_aborts_are_labelled() {
+        let mut report = version_1();
+        report.aborted = Some(Aborted { rank: 1, code: 3 });
+        report.share_in_calls = Some(0.5);
+        let site = &mut report.sites[0];
+        site.time.estimated_s = 0.1;
+        site.time.share_error = 0.02;
+        let saving = |saved_s: f64, half: f64| Saving {
+            replaced: "native".into(),
+            replaced_us: 10.0,
+            winner_us: 5.0,
+            calls: 100,
+            saved_s,
+            low_s: saved_s - half,
+            high_s: saved_s + half,
+        };
+        let measured = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(0.002, 0.001));
+            summary(&r, 10)
+        };
+        assert!(measured.contains("2.00 ms \u{b1}1.00 ms"), "{measured}");
+        assert!(measured.contains("~60.0%\u{b1}2.0"), "{measured}");
+        assert!(measured.contains("partly estimated"), "{measured}");
+        assert!(
+            measured.contains("partial report: rank 1 called MPI_Abort (error code 3)"),
+            "{measured}"
+        );
+        let noise = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(0.002, 0.003));
+            summary(&r, 10)
+        };
+        assert!(noise.contains("no measurable saving"), "{noise}");
+        let loss = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(-0.002, 0.001));
+            summary(&r, 10)
+        };
+        assert!(loss.contains("cost 2.00 ms"), "{loss}");
+    }
 
     #[test]
     fn units() {

@@ -1,5 +1,5 @@
 /* Cases for what the report claims (tests/report.rs).
- * usage: report_cases imbalance SLOW FAST   SLOW allreduces the last rank enters 10 ms late (the
+ * usage: report_cases imbalance SLOW FAST   SLOW allreduces the last rank enters 30 ms late (the
  *                                           others wait inside the call), then FAST prompt ones
  *        report_cases queue                 one allreduce searched while another, called in
  *                                           between for a while, waits for its checkpoint
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "imbalance") && argc > 3) {
         int slow = atoi(argv[2]), fast = atoi(argv[3]);
         for (int it = 0; it < slow + fast; it++) {
-            if (it < slow && rank == size - 1) usleep(10000);
+            if (it < slow && rank == size - 1) usleep(30000);
             allreduce(8);
         }
     } else if (!strcmp(what, "queue")) {
