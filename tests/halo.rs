@@ -163,6 +163,59 @@ fn broken_agreements_fall_back_to_native_mpich() {
     broken_agreements(Mpich, 2);
 }
 
+/// One rank calls MPI_Wtime between its first two posts of every exchange: it could never keep
+/// an agreement (its peers would wait in the collective while it posts natively), so the ranks
+/// must not agree, forced or tuned; results stay native's and the report says why.
+fn one_rank_interrupts(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("halo-interrupted-{}", flavour.name()));
+    let program = compile(flavour, "stencil.c", &dir);
+    let args = [
+        "2",
+        "10",
+        "1",
+        "1",
+        "160",
+        "waitall",
+        "allreduce_wtime",
+        "mixed",
+    ];
+    let expected = checksum(&run(flavour, np, &program, &dir).args(&args).native().go());
+    for (knob, value) in [
+        ("COMMTUNE_FORCE", "halo=neighbor"),
+        ("COMMTUNE_HALO_NEIGHBOR", "on"),
+    ] {
+        let job = run(flavour, np, &program, &dir)
+            .args(&args)
+            .env("COMMTUNE_MODE", "tune")
+            .env(knob, value)
+            .go();
+        assert_eq!(checksum(&job), expected, "{flavour:?} {knob}={value}");
+        let report = job.report();
+        let site = halo_site(&report);
+        assert_eq!(
+            codelet_calls(site, "neighbor"),
+            0,
+            "{knob}={value}: {site:#}"
+        );
+        assert!(
+            site["notes"]
+                .to_string()
+                .contains("with no other MPI call between its posts"),
+            "{knob}={value}: {site:#}"
+        );
+    }
+}
+
+#[test]
+fn one_rank_calling_mpi_between_posts_is_never_agreed_openmpi() {
+    one_rank_interrupts(OpenMpi, 4);
+}
+
+#[test]
+fn one_rank_calling_mpi_between_posts_is_never_agreed_mpich() {
+    one_rank_interrupts(Mpich, 2);
+}
+
 /// Tunes the stencil with delays that make each halo codelet in turn the known winner: the
 /// checksum stays the native one and the report names the winner. `neighbor` can only win where
 /// the case has a collective call in each iteration (where ranks agree to try it); elsewhere the

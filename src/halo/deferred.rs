@@ -13,16 +13,29 @@ use std::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::neighbor;
 use super::persistent::{self, Reserved};
+use super::{episode, neighbor};
 
-/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait. Bit 0: `DEFERRED`
-/// holds operations; the rest counts the threads holding a `neighbor` instance's posts (in steps
-/// of 2).
+/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, or while a thread
+/// posts an episode the ranks may agree to run as `neighbor`. Bit 0: `DEFERRED` holds operations;
+/// bits 1-15 count the threads holding a `neighbor` instance's posts (in steps of 2); the bits
+/// above count the threads whose episode in progress watches for other MPI calls
+/// (`episode::interrupted`).
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
 const LISTED: i32 = 1;
 const NEIGHBOR_HOLDER: i32 = 2;
+const WATCHER: i32 = 1 << 16;
+
+/// This thread's episode in progress watches for other MPI calls between its posts.
+pub fn watch_begins() {
+    commtune_deferred_pending.fetch_add(WATCHER, Ordering::Release);
+}
+
+/// It no longer does.
+pub fn watch_ends() {
+    commtune_deferred_pending.fetch_sub(WATCHER, Ordering::Release);
+}
 
 /// This thread holds a `neighbor` instance's posts.
 pub fn neighbor_holds() {
@@ -89,7 +102,7 @@ pub fn post_all() {
 /// `neighbor` instance held).
 pub fn post_listed() {
     if commtune_deferred_pending.load(Ordering::Acquire) & LISTED != 0 {
-        start_listed();
+        start_all_but(|_| Vec::new());
     }
 }
 
@@ -101,12 +114,10 @@ pub fn post_listed_then(post: impl FnOnce() -> c_int) -> c_int {
     post()
 }
 
+/// Every MPI entry point comes here first while `commtune_deferred_pending` is nonzero.
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_post_deferred() {
+    episode::interrupted();
     neighbor::flush();
-    start_listed();
-}
-
-fn start_listed() {
-    start_all_but(|_| Vec::new());
+    post_listed();
 }

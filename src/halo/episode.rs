@@ -19,7 +19,7 @@ use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::neighbor::{self, Expected};
-use super::{CODELETS, Completed, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, tuning};
+use super::{CODELETS, Completed, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred, tuning};
 use crate::config::Mode;
 use crate::keys::{self, CallKey, Description, Entry, Measured};
 use crate::mpi::datatype::Layout;
@@ -60,6 +60,10 @@ struct Tracker {
     /// Receives the predicted key has (None without a prediction), and those posted so far.
     expected_recvs: Option<usize>,
     recvs: usize,
+    /// Whether the episode watches for other MPI calls (the ranks may agree on `neighbor`), and
+    /// how many posts it had at the first one.
+    watching: bool,
+    interrupted_at: Option<usize>,
 }
 
 /// First posts remembered per thread at most.
@@ -84,6 +88,10 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
         t.predicted = prediction.map(|(entry, _)| entry);
         t.expected_recvs = prediction.map(|(_, recvs)| recvs);
+        if neighbor::may_agree() && !t.watching {
+            t.watching = true;
+            deferred::watch_begins();
+        }
         let config = runtime::config();
         t.codelet = match config.forced(Op::Halo) {
             Some(forced) => forced,
@@ -165,6 +173,20 @@ pub fn open_prediction() -> Option<&'static Entry> {
     TRACKER.with_borrow(|t| t.predicted.filter(|_| !t.ops.is_empty()))
 }
 
+/// Another MPI call came while this thread's episode watches (`deferred`): an episode with one
+/// between its posts cannot run as `neighbor`, whose posts must all come before any other call.
+pub fn interrupted() {
+    TRACKER.with(|t| {
+        // Never borrowed across an MPI call; if it were, the call is the tracker's own.
+        if let Ok(mut t) = t.try_borrow_mut()
+            && t.watching
+            && t.interrupted_at.is_none()
+        {
+            t.interrupted_at = Some(t.ops.len());
+        }
+    });
+}
+
 /// Whether this thread has an episode in progress (whose requests completion calls may finish).
 pub fn is_open() -> bool {
     TRACKER.with_borrow(|t| t.open > 0)
@@ -202,6 +224,10 @@ impl Tracker {
         self.ops.clear();
         self.open = 0;
         self.recvs = 0;
+        self.interrupted_at = None;
+        if std::mem::take(&mut self.watching) {
+            deferred::watch_ends();
+        }
     }
 
     /// Marks the tracked request `request` done.
@@ -234,7 +260,14 @@ impl Tracker {
         let ops = &self.ops;
         let entry = keys::entry(key, |site| describe(site, ops));
         let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
-        neighbor::closed(entry, expected, ops.iter().map(Posted::expected));
+        // Calls after the last post (the completion itself) come after the collective started.
+        let posted_alone = self.interrupted_at.is_none_or(|at| at >= ops.len());
+        neighbor::closed(
+            entry,
+            expected,
+            posted_alone,
+            ops.iter().map(Posted::expected),
+        );
         if entry.calls() == 0 {
             limits(ops).into_iter().for_each(|note| entry.note(note));
         }

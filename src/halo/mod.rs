@@ -158,7 +158,7 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         let handle = unsafe { request_at(request, 0) };
         episode::posted(call, handle, used, outcome == Outcome::Changed);
         if used == IRECV_FIRST && episode::receives_outstanding() == Some(false) {
-            deferred::post_all();
+            deferred::post_listed();
         }
     }
     rc

@@ -1,10 +1,11 @@
 /* Halo exchanges from several threads, each on its own communicator: at once
  * (MPI_THREAD_MULTIPLE) or one at a time (MPI_THREAD_SERIALIZED, threads taking turns in the same
  * order on every rank). Each thread exchanges a seeded random pattern (peers including itself and
- * MPI_PROC_NULL, repeated tags, small and large counts, contiguous and strided datatypes, posts in
- * random order) that repeats for PHASE iterations, long enough to be tuned, and then changes.
+ * MPI_PROC_NULL, repeated tags, small and large counts, three layouts: contiguous, every other
+ * int, and an hvector of contiguous pairs, each side choosing its own; posts in random order) that repeats for PHASE iterations, long enough to be tuned, and then changes.
  * A phase's exchanges complete one way: MPI_Waitall, an MPI_Waitany loop, MPI_Testsome polling,
- * MPI_Wait one by one, or by handing the requests to another thread that calls MPI_Waitall. Every received element, the untouched gaps of strided buffers, every receive
+ * MPI_Wait one by one, or by handing the requests to another thread that calls MPI_Waitall. Every
+ * received element, the untouched gaps of non-contiguous buffers, every receive
  * status and every completed handle (MPI_REQUEST_NULL) are checked; an MPI_Allreduce on the
  * thread's communicator follows each exchange.
  *
@@ -51,11 +52,43 @@ static unsigned next(struct rng *r, unsigned bound)
     return (unsigned)(r->state % bound);
 }
 
-/* One message of a phase's pattern: from `src` to `dst` (-1: MPI_PROC_NULL). */
+/* How a buffer holds a message's ints: contiguous; every other int; or, per four ints, two
+ * contiguous pairs with a gap after each (an hvector of a contiguous pair, extent six ints). */
+enum layout { CONTIGUOUS, STRIDED, PAIRS, LAYOUTS };
+
+/* Where the layout puts int `e` of a message (buffers hold 2 * count ints). */
+static int position(enum layout l, int e)
+{
+    static const int in_pairs[4] = {0, 1, 3, 4};
+    switch (l) {
+    case STRIDED: return 2 * e;
+    case PAIRS: return e / 4 * 6 + in_pairs[e % 4];
+    default: return e;
+    }
+}
+
+/* One message of a phase's pattern: from `src` to `dst` (-1: MPI_PROC_NULL); `count` ints, a
+ * multiple of 4. */
 struct message {
     int src, dst, tag, count;
-    int send_strided, recv_strided;
+    enum layout send_layout, recv_layout;
 };
+
+/* The datatypes of the non-contiguous layouts, made anew each phase. */
+struct types {
+    MPI_Datatype strided, pairs;
+};
+
+static MPI_Datatype type_of(const struct types *t, enum layout l)
+{
+    return l == STRIDED ? t->strided : l == PAIRS ? t->pairs : MPI_INT;
+}
+
+/* The count of the layout's datatype that carries `ints` ints. */
+static int elements(enum layout l, int ints)
+{
+    return l == PAIRS ? ints / 4 : ints;
+}
 
 /* One operation this rank posts. */
 struct op {
@@ -99,9 +132,9 @@ static int pattern(int id, int phase, struct message *m)
         if (next(&r, 16) == 0) m[i].src = -1;
         else if (next(&r, 16) == 0) m[i].dst = -1;
         m[i].tag = (int)next(&r, 3);
-        m[i].count = next(&r, 8) == 0 ? 2000 + (int)next(&r, 20000) : 1 + (int)next(&r, 64);
-        m[i].send_strided = next(&r, 3) == 0;
-        m[i].recv_strided = next(&r, 3) == 0;
+        m[i].count = 4 * (next(&r, 8) == 0 ? 500 + (int)next(&r, 5000) : 1 + (int)next(&r, 16));
+        m[i].send_layout = (enum layout)next(&r, LAYOUTS);
+        m[i].recv_layout = (enum layout)next(&r, LAYOUTS);
     }
     return n;
 }
@@ -163,29 +196,27 @@ static void check_status(struct worker *w, int it, int i, const struct op *o, co
 }
 
 static void exchange(struct worker *w, int phase, int it, const struct message *m, struct op *ops, int k,
-                     MPI_Datatype strided, enum completion how)
+                     const struct types *types, enum completion how)
 {
     MPI_Request requests[2 * MAX_MESSAGES];
     MPI_Status statuses[2 * MAX_MESSAGES];
     int done[2 * MAX_MESSAGES] = {0};
     for (int i = 0; i < k; i++) {
         const struct message *msg = &m[ops[i].message];
-        int strided_here = ops[i].is_send ? msg->send_strided : msg->recv_strided;
-        int step = strided_here ? 2 : 1;
-        for (int e = 0; e < msg->count * step; e++)
-            ops[i].buf[e] = ops[i].is_send && e % step == 0 ? value(w, phase, ops[i].message, it, e / step)
-                                                            : SENTINEL;
+        for (int e = 0; e < 2 * msg->count; e++) ops[i].buf[e] = SENTINEL;
+        if (ops[i].is_send)
+            for (int e = 0; e < msg->count; e++)
+                ops[i].buf[position(msg->send_layout, e)] = value(w, phase, ops[i].message, it, e);
     }
     for (int i = 0; i < k; i++) {
         const struct message *msg = &m[ops[i].message];
-        int strided_here = ops[i].is_send ? msg->send_strided : msg->recv_strided;
-        MPI_Datatype type = strided_here ? strided : MPI_INT;
+        enum layout l = ops[i].is_send ? msg->send_layout : msg->recv_layout;
         if (ops[i].is_send)
-            MPI_Isend(ops[i].buf, msg->count, type, msg->dst < 0 ? MPI_PROC_NULL : msg->dst, msg->tag,
-                      w->comm, &requests[i]);
+            MPI_Isend(ops[i].buf, elements(l, msg->count), type_of(types, l),
+                      msg->dst < 0 ? MPI_PROC_NULL : msg->dst, msg->tag, w->comm, &requests[i]);
         else
-            MPI_Irecv(ops[i].buf, msg->count, type, msg->src < 0 ? MPI_PROC_NULL : msg->src, msg->tag,
-                      w->comm, &requests[i]);
+            MPI_Irecv(ops[i].buf, elements(l, msg->count), type_of(types, l),
+                      msg->src < 0 ? MPI_PROC_NULL : msg->src, msg->tag, w->comm, &requests[i]);
     }
     int rc = MPI_SUCCESS;
     switch (how) {
@@ -254,14 +285,15 @@ static void exchange(struct worker *w, int phase, int it, const struct message *
     for (int i = 0; i < k; i++) {
         if (ops[i].is_send) continue;
         const struct message *msg = &m[ops[i].message];
-        int step = msg->recv_strided ? 2 : 1;
-        for (int e = 0; e < msg->count * step; e++) {
-            int want = msg->src >= 0 && e % step == 0 ? value(w, phase, ops[i].message, it, e / step) : SENTINEL;
-            if (ops[i].buf[e] != want) {
-                fail(w, "received data", it, i, ops[i].buf[e], want);
-                break;
-            }
-        }
+        int *want = malloc(2 * sizeof(int) * (size_t)msg->count), wrong = -1;
+        for (int e = 0; e < 2 * msg->count; e++) want[e] = SENTINEL;
+        if (msg->src >= 0)
+            for (int e = 0; e < msg->count; e++)
+                want[position(msg->recv_layout, e)] = value(w, phase, ops[i].message, it, e);
+        for (int e = 0; e < 2 * msg->count && wrong < 0; e++)
+            if (ops[i].buf[e] != want[e]) wrong = e;
+        if (wrong >= 0) fail(w, "received data", it, i, ops[i].buf[wrong], want[wrong]);
+        free(want);
     }
 }
 
@@ -287,19 +319,28 @@ static void *work(void *arg)
     struct op ops[2 * MAX_MESSAGES];
     int n = 0, k = 0;
     enum completion how = WAITALL;
-    MPI_Datatype strided = MPI_DATATYPE_NULL;
+    struct types types = {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
     for (int it = 0; it < iterations; it++) {
         if (serialized) take_turn((long)it * nthreads + w->id);
         int phase = it / phase_length;
         if (it % phase_length == 0) {
             for (int i = 0; i < k; i++) free(ops[i].buf);
-            if (strided != MPI_DATATYPE_NULL) MPI_Type_free(&strided);
-            /* A new datatype each phase: the library's state for the old one must die with it. */
-            MPI_Datatype one;
+            /* New datatypes each phase: the library's state for the old ones must die with them. */
+            if (types.strided != MPI_DATATYPE_NULL) {
+                MPI_Type_free(&types.strided);
+                MPI_Type_free(&types.pairs);
+            }
+            MPI_Datatype one, pair, two_pairs;
             MPI_Type_vector(1, 1, 2, MPI_INT, &one);
-            MPI_Type_create_resized(one, 0, 2 * (MPI_Aint)sizeof(int), &strided);
+            MPI_Type_create_resized(one, 0, 2 * (MPI_Aint)sizeof(int), &types.strided);
+            MPI_Type_contiguous(2, MPI_INT, &pair);
+            MPI_Type_create_hvector(2, 1, 3 * (MPI_Aint)sizeof(int), pair, &two_pairs);
+            MPI_Type_create_resized(two_pairs, 0, 6 * (MPI_Aint)sizeof(int), &types.pairs);
             MPI_Type_free(&one);
-            MPI_Type_commit(&strided);
+            MPI_Type_free(&pair);
+            MPI_Type_free(&two_pairs);
+            MPI_Type_commit(&types.strided);
+            MPI_Type_commit(&types.pairs);
             n = pattern(w->id, phase, m);
             k = operations(w->id, phase, m, n, ops);
             for (int i = 0; i < k; i++) ops[i].buf = malloc(2 * sizeof(int) * (size_t)m[ops[i].message].count);
@@ -307,14 +348,17 @@ static void *work(void *arg)
             struct rng r = {hash4(3, (uint64_t)w->id, (uint64_t)phase, 0)};
             w->how = how = (enum completion)next(&r, COMPLETIONS);
         }
-        exchange(w, phase, it, m, ops, k, strided, how);
+        exchange(w, phase, it, m, ops, k, &types, how);
         long in = it + rank, out = -1, want = (long)size * it + (long)size * (size - 1) / 2;
         MPI_Allreduce(&in, &out, 1, MPI_LONG, MPI_SUM, w->comm);
         if (out != want) fail(w, "allreduce", it, 0, out, want);
         if (serialized) pass_turn();
     }
     for (int i = 0; i < k; i++) free(ops[i].buf);
-    if (strided != MPI_DATATYPE_NULL) MPI_Type_free(&strided);
+    if (types.strided != MPI_DATATYPE_NULL) {
+        MPI_Type_free(&types.strided);
+        MPI_Type_free(&types.pairs);
+    }
     return NULL;
 }
 

@@ -15,6 +15,8 @@
  *               an MPI_Comm_rank between the first two posts, where held posts must go out, and
  *               rank 0 starting 5 ms late, so that its peers complete messages it has not sent
  *               yet; mixed ORDER only)
+ *               | allreduce_wtime (allreduce in every exchange; rank 0 alone calls MPI_Wtime
+ *               between its first two posts of every exchange; mixed ORDER only)
  *   ORDER       recvs_first (all Irecvs, then all Isends) | sends_first | mixed (per face)
  *   STEP        compute (default) | none (exchanges only, for scripts/bench-halo)
  *
@@ -169,8 +171,9 @@ static void post_send(double *grid, int d, int upper_face, const char *how, MPI_
         requests[(*count)++] = request;
 }
 
-/* Set for the iterations where allreduce_query calls MPI_Comm_rank between posts. */
-static int query_between_posts, cart_rank;
+/* Set for the iterations where allreduce_query calls MPI_Comm_rank between posts, and on the
+ * rank that allreduce_wtime makes call MPI_Wtime there. */
+static int query_between_posts, wtime_between_posts, cart_rank;
 
 static void exchange(double *grid, const char *how, const char *interleave, const char *order)
 {
@@ -186,6 +189,8 @@ static void exchange(double *grid, const char *how, const char *interleave, cons
                     int me;
                     MPI_Comm_rank(cart, &me);
                 }
+                if (wtime_between_posts && d == 0 && f == 0)
+                    (void)MPI_Wtime();
                 post_send(grid, d, f, how, requests, &count);
             }
     } else {
@@ -202,6 +207,7 @@ static void exchange(double *grid, const char *how, const char *interleave, cons
     if (!strcmp(interleave, "recv") || !strcmp(interleave, "both"))
         token_ring();
     if (!strcmp(interleave, "allreduce") || !strcmp(interleave, "both") ||
+        !strcmp(interleave, "allreduce_wtime") ||
         (!strcmp(interleave, "allreduce_query") && !query_between_posts)) {
         int one = 1, total;
         MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, cart);
@@ -253,6 +259,7 @@ int main(int argc, char **argv)
     MPI_Cart_create(MPI_COMM_WORLD, dims, shape, periods, 0, &cart);
     MPI_Comm_rank(cart, &rank);
     cart_rank = rank;
+    wtime_between_posts = !strcmp(interleave, "allreduce_wtime") && rank == 0;
     MPI_Cart_coords(cart, rank, dims, coords);
     for (int d = 0; d < dims; d++)
         MPI_Cart_shift(cart, d, 1, &lower[d], &upper[d]);

@@ -145,9 +145,16 @@ pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>,
 
 /// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
 /// Only instances whose first post predicted them count as steady: a rank decides at the first
-/// post whether an instance runs the collective. The messages are checked and kept only when the
-/// candidate changes, not at every instance.
-pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = Expected>) {
+/// post whether an instance runs the collective. Nor do instances with another MPI call between
+/// their posts (not `posted_alone`): there a rank would break the agreement while its peers wait
+/// in the collective. The messages are checked and kept only when the candidate changes, not at
+/// every instance.
+pub fn closed(
+    entry: &'static Entry,
+    predicted: bool,
+    posted_alone: bool,
+    ops: impl Iterator<Item = Expected>,
+) {
     if !may_agree() {
         return;
     }
@@ -162,7 +169,7 @@ pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = 
         && std::ptr::eq(k.entry, entry)
         && predicted
     {
-        k.steady += 1;
+        k.steady = if posted_alone { k.steady + 1 } else { 0 };
         return;
     }
     match eligibility(real) {
@@ -170,7 +177,7 @@ pub fn closed(entry: &'static Entry, predicted: bool, ops: impl Iterator<Item = 
             let candidate = Candidate {
                 entry,
                 identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
-                steady: 1,
+                steady: u64::from(posted_alone),
                 messages,
             };
             c.candidates.insert(site, candidate);
@@ -337,7 +344,7 @@ fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
         let why = match (values[4], values[5]) {
             (0, _) => "no rank had a repeating episode ready",
             (_, 0) => {
-                "not every rank had this episode ready (each must have run it twice, and under tuning decided its own codelet)"
+                "not every rank had this episode ready (each must have run it twice in a row with no other MPI call between its posts, and under tuning decided its own codelet)"
             }
             _ if agreed => "the ranks were at different instances of the episode",
             _ => "the ranks were at different episodes",
