@@ -22,6 +22,8 @@ void commtune_post_deferred(void);
 
 int commtune_init(int *argc, char ***argv, int required, int *provided);
 int commtune_finalize(void);
+/* Writes what this rank measured (no communication, bounded wait), then calls PMPI_Abort. */
+int commtune_abort(MPI_Comm comm, int errorcode);
 
 int commtune_allreduce(void *ra, int large, const void *sendbuf, void *recvbuf, MPI_Count count,
                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);

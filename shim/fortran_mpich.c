@@ -6,11 +6,20 @@
 #include "commtune.h"
 
 _Static_assert(sizeof(MPI_Request) == sizeof(int), "f08 MPI_Request holds the C handle");
+_Static_assert(sizeof(MPI_Comm) == sizeof(int), "f08 MPI_Comm holds the C handle");
 
 
 void mpi_finalize_f08_(int *ierror)
 {
     int rc = commtune_finalize();
+    if (ierror != NULL) *ierror = rc;
+}
+
+/* `use mpi_f08`'s MPI_Abort calls PMPI_Abort directly too (mpif.h and `use mpi` call MPI_Abort).
+ * An f08 TYPE(MPI_Comm) holds the C handle. */
+void mpi_abort_f08_(MPI_Comm *comm, int *errorcode, int *ierror)
+{
+    int rc = commtune_abort(*comm, *errorcode);
     if (ierror != NULL) *ierror = rc;
 }
 

@@ -61,6 +61,12 @@ FORTRAN_ALIASES(init_thread, INIT_THREAD)
 void ompi_finalize_f(MPI_Fint *ierr) { set_ierr(ierr, commtune_finalize()); }
 FORTRAN_ALIASES(finalize, FINALIZE)
 
+void ompi_abort_f(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierr)
+{
+    set_ierr(ierr, commtune_abort(PMPI_Comm_f2c(*comm), *errorcode));
+}
+FORTRAN_ALIASES(abort, ABORT)
+
 void ompi_allreduce_f(char *sendbuf, char *recvbuf, MPI_Fint *count, MPI_Fint *datatype,
                       MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
 {

@@ -11,6 +11,8 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 
 int MPI_Finalize(void) { return commtune_finalize(); }
 
+int MPI_Abort(MPI_Comm comm, int errorcode) { return commtune_abort(comm, errorcode); }
+
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                   MPI_Comm comm)
 {

@@ -18,6 +18,7 @@ mod keys;
 mod mpi;
 mod report;
 mod runtime;
+mod say;
 mod site;
 mod tuner;
 

@@ -1,10 +1,13 @@
 //! Process-wide state: the configuration read at load time, the switch that turns every entry
 //! point into a plain pass-through, and what this process is in the MPI job.
 
-use std::sync::OnceLock;
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{OnceLock, mpsc};
+use std::time::Duration;
 
 use crate::config::{self, Config, Mode};
+use crate::say::say;
 use crate::{clock, mpi, report};
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -42,7 +45,7 @@ pub fn load() {
 
 /// A library built for the other MPI would crash inside MPI: stop with a clear message instead.
 fn refuse(message: &str) -> ! {
-    eprintln!("{message}");
+    say!("{message}");
     // SAFETY: terminating the process; nothing of the application has run yet or can run safely.
     unsafe { libc::_exit(1) }
 }
@@ -87,10 +90,10 @@ pub fn started() -> Option<&'static Process> {
         };
         if process.rank == 0 {
             for problem in PROBLEMS.get().into_iter().flatten() {
-                eprintln!("{problem}");
+                say!("{problem}");
             }
             if config().verbose >= 1 {
-                eprintln!(
+                say!(
                     "commtune: {} ranks, {}, built for {}, {:?}",
                     process.size,
                     process.mpi,
@@ -116,6 +119,36 @@ pub fn finalizing() -> Option<report::Gathered> {
 pub fn finalized(gathered: Option<report::Gathered>) {
     if let (Some(gathered), Some(process)) = (gathered, PROCESS.get()) {
         gathered.publish(process, config());
+    }
+}
+
+/// How long MPI_Abort waits for this rank's report at most.
+const ABORT_PATIENCE: Duration = Duration::from_secs(2);
+
+/// MPI_Abort: this rank writes what it measured, marked partial with the abort code. No
+/// communication (the other ranks may be anywhere), and the abort never waits long: the report
+/// is written by a helper thread, given at most `ABORT_PATIENCE` (a lock held by the thread
+/// whose MPI call failed, or by a thread blocked in MPI, must not hold the abort up).
+pub fn aborting(code: c_int) {
+    if REPORTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(process) = process() else {
+        return;
+    };
+    let (done, finished) = mpsc::channel();
+    let writer = std::thread::Builder::new()
+        .name("commtune-abort".into())
+        .spawn(move || {
+            report::write_aborted(process, config(), code);
+            let _ = done.send(());
+        });
+    if writer.is_ok() && finished.recv_timeout(ABORT_PATIENCE).is_err() {
+        say!(
+            "commtune: rank {}: no report: it was not written within {} s of MPI_Abort",
+            process.rank,
+            ABORT_PATIENCE.as_secs()
+        );
     }
 }
 

@@ -4,6 +4,11 @@
 
 mod common;
 
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use common::{Flavour, Mpich, OpenMpi, compile, run, scratch};
 
 const PROGRAM: &str = "known_calls.c";
@@ -83,6 +88,83 @@ fn report_none_writes_no_file() {
             .all(|f| !f.file_name().to_string_lossy().ends_with(".json")),
         "no JSON file"
     );
+}
+
+/// What one rank, started alone (no launcher, whose forwarding would join the pieces), wrote to
+/// a stderr that keeps write boundaries: a datagram socket, one datagram per write(2).
+fn writes_to_stderr(flavour: Flavour, dir: &std::path::Path, env: &[(&str, &str)]) -> Vec<String> {
+    let exe = compile(flavour, PROGRAM, dir);
+    let (ours, theirs) = UnixDatagram::pair().expect("socket pair");
+    ours.set_nonblocking(true).expect("non-blocking");
+    let mut cmd = Command::new(&exe);
+    cmd.env("LD_PRELOAD", flavour.library())
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(OwnedFd::from(theirs)));
+    let mut writes = Vec::new();
+    let mut buf = vec![0u8; 1 << 17];
+    let mut drain = |writes: &mut Vec<String>| {
+        while let Ok(n) = ours.recv(&mut buf) {
+            writes.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    };
+    let status = common::alone(|| {
+        let mut child = cmd.spawn().expect("start the program");
+        let start = Instant::now();
+        loop {
+            // Read while it runs: a full socket buffer would block its writes.
+            drain(&mut writes);
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("{} did not finish", exe.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    drain(&mut writes);
+    assert!(status.success(), "{status}: {writes:?}");
+    writes
+}
+
+/// Every line the library prints is one write(2) with its newline (the unknown-knob warning was
+/// once written as the line, then the newline: another rank's output could land between).
+#[test]
+fn every_line_is_one_write() {
+    for flavour in [OpenMpi, Mpich] {
+        let dir = scratch(&format!("one_write_{}", flavour.name()));
+        let report = dir.join("report.json");
+        let writes = writes_to_stderr(
+            flavour,
+            &dir,
+            &[
+                ("COMMTUNE_MODEE", "off"),
+                ("COMMTUNE_VERBOSE", "2"),
+                ("COMMTUNE_REPORT", report.to_str().unwrap()),
+            ],
+        );
+        let ours: Vec<&String> = writes.iter().filter(|w| w.contains("commtune")).collect();
+        for expected in [
+            "unknown knob COMMTUNE_MODEE",
+            "report written to",
+            "% of the",
+        ] {
+            assert!(
+                ours.iter().any(|w| w.contains(expected)),
+                "{flavour:?}: no message with {expected:?}: {writes:?}"
+            );
+        }
+        for write in &writes {
+            assert!(
+                !write.contains("commtune") || (write.ends_with('\n') && write.len() > 1),
+                "{flavour:?}: a message in pieces: {write:?}\nall writes: {writes:?}"
+            );
+            assert_ne!(write, "\n", "{flavour:?}: a lone newline: {writes:?}");
+        }
+    }
 }
 
 fn mode_off(flavour: Flavour) {

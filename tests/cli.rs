@@ -276,6 +276,19 @@ fn report_prints_the_summary() {
     assert!(output.status.success(), "{stderr}");
     assert!(stdout.contains("Test MPI 1.0"), "{stdout}");
 
+    // A report of a later format is refused, not misread.
+    std::fs::write(
+        &file,
+        r#"{"version":99,"mpi":"Test MPI 1.0","nprocs":2,"ranks_reporting":2,"run_time_s":1.0,"sites":[]}"#,
+    )
+    .expect("write report");
+    let (output, _, stderr) = run(&mut commtune(&["report", &file_arg]));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr.contains("report format version 99 is newer"),
+        "{stderr}"
+    );
+
     std::fs::write(&file, "{not json").expect("write bad report");
     let (output, _, stderr) = run(&mut commtune(&["report", &file_arg]));
     assert_eq!(output.status.code(), Some(1));

@@ -336,7 +336,8 @@ fn tuning_tries_neighbor_only_when_asked() {
 /// Runs `source` on `np` ranks under every forced halo codelet: the program prints `correct`
 /// after its own checks, and the codelet ran at the sites of line `line` (any site when None);
 /// `neighbor` only if `agrees` (the program has collective calls between repeated episodes on
-/// every rank), else the report says why not.
+/// every rank), else the report says why not; `pack` only if the program has non-`contiguous`
+/// messages, else its episodes count as native and the report says it changed nothing.
 fn under_every_codelet(
     flavour: Flavour,
     np: usize,
@@ -344,6 +345,7 @@ fn under_every_codelet(
     correct: &str,
     line: Option<u64>,
     agrees: bool,
+    contiguous: bool,
 ) {
     let stem = source.trim_end_matches(".c");
     let dir = scratch(&format!("halo-{stem}-{}", flavour.name()));
@@ -370,6 +372,14 @@ fn under_every_codelet(
                 report.to_string().contains(NOT_AGREED),
                 "{source}: no reason why neighbor never ran: {report:#}"
             );
+        } else if codelet == "pack" && contiguous {
+            assert_eq!(used, 0, "pack has nothing to pack: {report:#}");
+            assert!(
+                report
+                    .to_string()
+                    .contains("halo codelet pack changed nothing in"),
+                "{source}: pack's episodes not said to be native: {report:#}"
+            );
         } else {
             assert!(used > 0, "halo={codelet} never ran: {report:#}");
         }
@@ -380,7 +390,15 @@ fn under_every_codelet(
 /// MPI_Request_free behave as the standard says under every halo codelet.
 fn request_semantics(flavour: Flavour) {
     let correct = "request_semantics: results correct";
-    under_every_codelet(flavour, 2, "request_semantics.c", correct, None, true);
+    under_every_codelet(
+        flavour,
+        2,
+        "request_semantics.c",
+        correct,
+        None,
+        true,
+        false,
+    );
 }
 
 #[test]
@@ -406,6 +424,7 @@ fn deferral(flavour: Flavour) {
         "deferral: results correct",
         Some(line),
         false,
+        true,
     );
 }
 
@@ -424,11 +443,11 @@ fn deferred_sends_never_deadlock_mpich() {
 #[test]
 fn split_episodes_never_deadlock_openmpi() {
     let correct = "split_episodes: results correct";
-    under_every_codelet(OpenMpi, 3, "split_episodes.c", correct, None, false);
+    under_every_codelet(OpenMpi, 3, "split_episodes.c", correct, None, false, true);
 }
 
 #[test]
 fn split_episodes_never_deadlock_mpich() {
     let correct = "split_episodes: results correct";
-    under_every_codelet(Mpich, 3, "split_episodes.c", correct, None, false);
+    under_every_codelet(Mpich, 3, "split_episodes.c", correct, None, false, true);
 }

@@ -13,7 +13,29 @@ use serde::{Deserialize, Serialize};
 pub use merge::merge;
 pub use text::summary;
 
-pub const VERSION: u32 = 1;
+/// The report format's version. Policy: a change that adds fields bumps it, and every added
+/// field has a default, so a reader accepts every version up to its own (an older file simply
+/// lacks the newer figures, and the summary says what it cannot show); a file of a later
+/// version is refused with a message saying so (`check_version`).
+///
+/// - 1: the first format.
+/// - 2: time split into measured and estimated parts with an uncertainty (`time.estimated_s`,
+///   `time.error_s`, `time.timed_calls`, `time.share_error`), shares capped at each rank's run
+///   time (`share_in_calls`), savings measured in the run (`tuning.saving`, replacing the
+///   estimate `tuning.saved_s`), `aborted` for a report written at MPI_Abort.
+pub const VERSION: u32 = 2;
+
+/// Whether a report of format `version` can be read by this build (see `VERSION`).
+pub fn check_version(version: u32) -> Result<(), String> {
+    if version <= VERSION {
+        Ok(())
+    } else {
+        Err(format!(
+            "report format version {version} is newer than this commtune reads ({VERSION}): \
+             use the commtune that wrote it"
+        ))
+    }
+}
 
 /// The operation a key belongs to.
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -69,13 +91,23 @@ pub struct KeyData {
     pub signature: String,
     pub calls: u64,
     pub bytes: u64,
-    pub total_ns: u64,
+    /// Calls timed, and their total time.
+    pub timed: u64,
+    pub measured_ns: u64,
+    /// The untimed calls' time, extrapolated from the timed ones (production calls of a tuned
+    /// key are timed one in eight), and the half-width of its 95 % interval.
+    pub estimated_ns: u64,
+    pub estimate_error_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
     /// Time distribution: (bucket value in ns, count), increasing values.
     pub histogram: Vec<(u64, u64)>,
     /// Calls per codelet that ran them.
     pub codelets: BTreeMap<String, u64>,
+    /// Halo episodes a codelet was to run but that it left as they were (counted as native in
+    /// `codelets`), per codelet.
+    #[serde(default)]
+    pub unchanged: BTreeMap<String, u64>,
     /// Remarks, e.g. why a forced codelet did not run.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -104,8 +136,39 @@ pub struct TuningData {
     pub rounds: u32,
     /// The latest search's agreed estimates per codelet.
     pub codelets: Vec<CodeletEstimate>,
-    /// Estimated time saved versus native: (native - winner estimate) x production calls.
+    /// Version 1 only: a saving estimated from the search's estimates, (native - winner) x
+    /// production calls, which could claim time the run never saved. Superseded by `saving`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_s: Option<f64>,
+    /// The time the winner saved in this run, as measured (None: native kept, not in
+    /// production, or too few timed calls to tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saving: Option<Saving>,
+}
+
+/// What a tuned key's winner saved in this run, from what was measured in it: the winner's
+/// production calls times the difference between the mean call time of the codelet it replaced
+/// (native, timed in the search) and the winner's mean production call time (its timed calls).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Saving {
+    /// The codelet the winner replaced, and its mean call time in the search.
+    pub replaced: String,
+    pub replaced_us: f64,
+    /// The winner's mean production call time.
+    pub winner_us: f64,
+    /// Production calls of the winner (per rank; in the report, the mean over ranks).
+    pub calls: u64,
+    /// Seconds saved (negative: the winner cost time), and the 95 % interval.
     pub saved_s: f64,
+    pub low_s: f64,
+    pub high_s: f64,
+}
+
+impl Saving {
+    /// Whether the interval excludes zero: a saving (or a loss) was measured.
+    pub fn measurable(&self) -> bool {
+        self.low_s > 0.0 || self.high_s < 0.0
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -122,6 +185,14 @@ pub struct RankData {
     /// Wall time from MPI_Init to MPI_Finalize on this rank.
     pub run_ns: u64,
     pub keys: Vec<KeyData>,
+}
+
+/// The job ended through MPI_Abort: the report holds what the calling rank had.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aborted {
+    pub rank: u32,
+    /// The error code given to MPI_Abort.
+    pub code: i32,
 }
 
 /// A source location resolved on rank 0.
@@ -145,6 +216,13 @@ pub struct Report {
     pub ranks_reporting: u32,
     /// Longest rank's wall time from MPI_Init to MPI_Finalize, seconds.
     pub run_time_s: f64,
+    /// The share of the ranks' run time spent in intercepted calls: each rank's time in calls
+    /// (at most its run time) summed over ranks, over the ranks' run times summed (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_in_calls: Option<f64>,
+    /// Set when the job ended through MPI_Abort (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<Aborted>,
     /// Keys, most time first.
     pub sites: Vec<SiteReport>,
 }
@@ -183,15 +261,27 @@ pub struct SiteReport {
 /// The distribution of one call's duration over all calls on all ranks.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct TimeStats {
-    /// Sum over calls on the slowest rank, seconds.
+    /// Sum over calls on the slowest rank, seconds: measured, plus the untimed calls' time
+    /// estimated from the timed ones (at most the rank's run time).
     pub total_s: f64,
+    /// The estimated part of `total_s`, and the half-width of its 95 % interval (version 2).
+    #[serde(default)]
+    pub estimated_s: f64,
+    #[serde(default)]
+    pub error_s: f64,
+    /// Calls timed on all ranks, from which the quantiles come (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_calls: Option<u64>,
     pub min_us: f64,
     pub p50_us: f64,
     pub p90_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
-    /// Time in this key over run time, summed over ranks.
+    /// Time in this key over run time, summed over ranks, each rank's time at most its run
+    /// time; `share_error`: the half-width of its 95 % interval from estimated parts.
     pub share: f64,
+    #[serde(default)]
+    pub share_error: f64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]

@@ -3,21 +3,24 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    KeyData, Location, Op, Range, RankData, RankSpread, Report, SiteData, SiteReport, TimeStats,
-    VERSION,
+    Aborted, KeyData, Location, Op, Range, RankData, RankSpread, Report, Saving, SiteData,
+    SiteReport, TimeStats, TuningData, VERSION,
 };
 
 /// A key and the rank it comes from.
 type RankKey<'a> = (u32, &'a KeyData);
 
-/// Merges per-rank data; `locate` resolves a site to its source location.
+/// Merges per-rank data; `locate` resolves a site to its source location; `aborted` is set for
+/// a report written at MPI_Abort.
 pub fn merge(
     ranks: &[RankData],
     mpi: &str,
     nprocs: u32,
+    aborted: Option<Aborted>,
     mut locate: impl FnMut(&SiteData) -> Location,
 ) -> Report {
-    let total_run_ns: u64 = ranks.iter().map(|r| r.run_ns).sum();
+    let run_ns: BTreeMap<u32, u64> = ranks.iter().map(|r| (r.rank, r.run_ns)).collect();
+    let total_run_ns: u64 = run_ns.values().sum();
     // A rank may have several keys in one group (two communicators of one size at one line,
     // local variants of a signature): grouped by rank too, so that per-rank figures add up.
     let mut groups: BTreeMap<(u64, Op, &str), Vec<RankKey>> = BTreeMap::new();
@@ -31,7 +34,7 @@ pub fn merge(
     }
     let mut sites: Vec<SiteReport> = groups
         .into_values()
-        .map(|keys| merge_key(&keys, total_run_ns, &mut locate))
+        .map(|keys| merge_key(&keys, &run_ns, &mut locate))
         .collect();
     sites.sort_by(|a, b| {
         b.time
@@ -44,8 +47,66 @@ pub fn merge(
         mpi: mpi.to_string(),
         nprocs,
         ranks_reporting: ranks.len() as u32,
-        run_time_s: ranks.iter().map(|r| r.run_ns).max().unwrap_or(0) as f64 * 1e-9,
+        run_time_s: run_ns.values().max().copied().unwrap_or(0) as f64 * 1e-9,
+        share_in_calls: Some(share_in_calls(ranks, total_run_ns)),
+        aborted,
         sites,
+    }
+}
+
+/// Each rank's time in all its keys, at most its run time, summed over ranks, over the run
+/// times summed. Calls that overlap (threads, halo episodes spanning other calls) count once
+/// each, so this is an upper bound of the time any call was under way.
+fn share_in_calls(ranks: &[RankData], total_run_ns: u64) -> f64 {
+    let in_calls: u64 = ranks
+        .iter()
+        .map(|r| {
+            let sum: u64 = r
+                .keys
+                .iter()
+                .map(|k| Time::of(k, r.run_ns).total_ns())
+                .sum();
+            sum.min(r.run_ns)
+        })
+        .sum();
+    ratio(in_calls, total_run_ns)
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// One rank's time in a key: measured, plus the untimed calls' estimate, which never takes the
+/// total beyond the rank's run time.
+#[derive(Default, Clone, Copy)]
+struct Time {
+    measured_ns: u64,
+    estimated_ns: u64,
+    error_ns: u64,
+}
+
+impl Time {
+    fn of(key: &KeyData, run_ns: u64) -> Time {
+        let room = run_ns.saturating_sub(key.measured_ns);
+        Time {
+            measured_ns: key.measured_ns,
+            estimated_ns: key.estimated_ns.min(room),
+            error_ns: key.estimate_error_ns.min(room),
+        }
+    }
+
+    fn total_ns(&self) -> u64 {
+        self.measured_ns + self.estimated_ns
+    }
+
+    fn add(&mut self, other: Time) {
+        self.measured_ns += other.measured_ns;
+        self.estimated_ns += other.estimated_ns;
+        self.error_ns += other.error_ns;
     }
 }
 
@@ -54,26 +115,35 @@ pub fn merge(
 struct PerRank {
     calls: u64,
     bytes: u64,
-    total_ns: u64,
+    time: Time,
+    run_ns: u64,
+}
+
+impl PerRank {
+    fn total_ns(&self) -> u64 {
+        self.time.total_ns()
+    }
 }
 
 fn merge_key(
     ranked: &[RankKey],
-    total_run_ns: u64,
+    run_ns: &BTreeMap<u32, u64>,
     locate: &mut impl FnMut(&SiteData) -> Location,
 ) -> SiteReport {
     let keys: Vec<&KeyData> = ranked.iter().map(|(_, k)| *k).collect();
     let mut per_rank: BTreeMap<u32, PerRank> = BTreeMap::new();
     for (rank, key) in ranked {
         let r = per_rank.entry(*rank).or_default();
+        r.run_ns = run_ns.get(rank).copied().unwrap_or(0);
         r.calls += key.calls;
         r.bytes += key.bytes;
-        r.total_ns += key.total_ns;
+        r.time.add(Time::of(key, r.run_ns));
     }
     let first = keys[0];
     let location = locate(&first.site);
     let mut histogram: BTreeMap<u64, u64> = BTreeMap::new();
     let mut codelets: BTreeMap<String, u64> = BTreeMap::new();
+    let mut unchanged: BTreeMap<&str, u64> = BTreeMap::new();
     let mut notes: Vec<String> = Vec::new();
     for key in &keys {
         for note in &key.notes {
@@ -87,6 +157,22 @@ fn merge_key(
         for (name, n) in &key.codelets {
             *codelets.entry(name.clone()).or_default() += n;
         }
+        for (name, n) in &key.unchanged {
+            *unchanged.entry(name.as_str()).or_default() += n;
+        }
+    }
+    for (name, n) in unchanged {
+        notes.push(format!(
+            "halo codelet {name} changed nothing in {n} episodes (all ranks), which count as \
+             native"
+        ));
+    }
+    if per_rank.values().any(|r| r.time.measured_ns > r.run_ns) {
+        notes.push(
+            "calls overlapped in time (threads calling at once): a rank's time here is the sum \
+             over its calls, its share at most its run time"
+                .to_string(),
+        );
     }
     if first.op == Op::Halo
         && let Some(note) = halo_winners(&keys)
@@ -99,8 +185,15 @@ fn merge_key(
     };
     let calls = range(&|k| k.calls);
     let bytes = range(&|k| k.bytes);
-    let time_ns = range(&|k| k.total_ns);
-    let sum_ns: u64 = keys.iter().map(|k| k.total_ns).sum();
+    let time_ns = range(&|k| k.total_ns());
+    let total_run_ns: u64 = per_rank.values().map(|r| r.run_ns).sum();
+    let in_site_ns: u64 = per_rank.values().map(|r| r.total_ns().min(r.run_ns)).sum();
+    let error_ns: u64 = per_rank.values().map(|r| r.time.error_ns).sum();
+    let slowest = per_rank
+        .values()
+        .max_by_key(|r| r.total_ns())
+        .map(|r| r.time)
+        .unwrap_or_default();
     let us = |ns: u64| ns as f64 * 1e-3;
     let min_ns = keys.iter().map(|k| k.min_ns).min().unwrap_or(0);
     let max_ns = keys.iter().map(|k| k.max_ns).max().unwrap_or(0);
@@ -108,16 +201,16 @@ fn merge_key(
     let q = |p: f64| us(quantile(&histogram, p).clamp(min_ns, max_ns));
     let time = TimeStats {
         total_s: time_ns.max as f64 * 1e-9,
+        estimated_s: slowest.estimated_ns as f64 * 1e-9,
+        error_s: slowest.error_ns as f64 * 1e-9,
+        timed_calls: Some(keys.iter().map(|k| k.timed).sum()),
         min_us: us(min_ns),
         p50_us: q(0.50),
         p90_us: q(0.90),
         p99_us: q(0.99),
         max_us: us(max_ns),
-        share: if total_run_ns == 0 {
-            0.0
-        } else {
-            sum_ns as f64 / total_run_ns as f64
-        },
+        share: ratio(in_site_ns, total_run_ns),
+        share_error: ratio(error_ns, total_run_ns),
     };
     let codelet = codelets
         .iter()
@@ -138,7 +231,7 @@ fn merge_key(
         codelet,
         codelets,
         notes,
-        tuning: keys.iter().find_map(|k| k.tuning.clone()),
+        tuning: tuning(ranked),
         period_us: keys.iter().filter_map(|k| k.period_ns).max().map(us),
         ranks: RankSpread {
             count: per_rank.len() as u32,
@@ -150,6 +243,47 @@ fn merge_key(
             },
         },
     }
+}
+
+/// The first rank's tuning (decisions are agreed, halo ones noted in `halo_winners`), with the
+/// savings of every rank: the mean over the ranks that measured one.
+fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
+    let mut tuning = ranked.iter().find_map(|(_, k)| k.tuning.clone())?;
+    let mut per_rank: BTreeMap<u32, Saving> = BTreeMap::new();
+    for (rank, saving) in ranked
+        .iter()
+        .filter_map(|(rank, k)| Some((rank, k.tuning.as_ref()?.saving.as_ref()?)))
+    {
+        per_rank
+            .entry(*rank)
+            .and_modify(|s| {
+                s.calls += saving.calls;
+                s.saved_s += saving.saved_s;
+                s.low_s += saving.low_s;
+                s.high_s += saving.high_s;
+            })
+            .or_insert_with(|| saving.clone());
+    }
+    tuning.saving = (!per_rank.is_empty()).then(|| {
+        let n = per_rank.len() as f64;
+        let mean = |f: fn(&Saving) -> f64| per_rank.values().map(f).sum::<f64>() / n;
+        // Ranks' errors are added, not combined as independent: an upper bound whatever their
+        // correlation (the ranks of a collective wait for each other).
+        Saving {
+            replaced: per_rank
+                .values()
+                .next()
+                .map(|s| s.replaced.clone())
+                .unwrap_or_default(),
+            replaced_us: mean(|s| s.replaced_us),
+            winner_us: mean(|s| s.winner_us),
+            calls: (per_rank.values().map(|s| s.calls).sum::<u64>() as f64 / n).round() as u64,
+            saved_s: mean(|s| s.saved_s),
+            low_s: mean(|s| s.low_s),
+            high_s: mean(|s| s.high_s),
+        }
+    });
+    Some(tuning)
 }
 
 /// Halo episodes are tuned per rank: which codelet each rank kept, when they differ.
@@ -208,11 +342,15 @@ mod tests {
             signature: "count=1".into(),
             calls,
             bytes: calls * 8,
-            total_ns,
+            timed: calls,
+            measured_ns: total_ns,
+            estimated_ns: 0,
+            estimate_error_ns: 0,
             min_ns: hist.first().map_or(0, |h| h.0),
             max_ns: hist.last().map_or(0, |h| h.0),
             histogram: hist,
             codelets: [("native".to_string(), calls)].into(),
+            unchanged: BTreeMap::new(),
             notes: Vec::new(),
             tuning: None,
             period_ns: None,
@@ -232,7 +370,7 @@ mod tests {
                 ],
             })
             .collect();
-        let report = merge(&ranks, "Test MPI", 2, |_| Location::default());
+        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
         assert_eq!(report.sites.len(), 1);
         let site = &report.sites[0];
         assert_eq!(site.calls, 200, "calls per rank");
@@ -252,7 +390,8 @@ mod tests {
                 searches: 1,
                 rounds: 4,
                 codelets: Vec::new(),
-                saved_s: 0.0,
+                saved_s: None,
+                saving: None,
             });
             k
         };
@@ -265,7 +404,7 @@ mod tests {
                 keys: vec![tuned(winner)],
             })
             .collect();
-        let report = merge(&ranks, "Test MPI", 3, |_| Location::default());
+        let report = merge(&ranks, "Test MPI", 3, None, |_| Location::default());
         assert_eq!(
             report.sites[0].notes,
             ["ranks kept different halo codelets: native on 2, persistent on 1"]
@@ -277,8 +416,85 @@ mod tests {
                 keys: vec![tuned("native")],
             })
             .collect();
-        let report = merge(&same, "Test MPI", 2, |_| Location::default());
+        let report = merge(&same, "Test MPI", 2, None, |_| Location::default());
         assert!(report.sites[0].notes.is_empty());
+    }
+
+    #[test]
+    fn estimates_and_shares_never_exceed_the_run() {
+        // Rank 0 measured 600 of its 1000 ns and estimates 900 more; rank 1's threads overlap.
+        let mut estimated = key(1, Op::Allreduce, 10, 600, vec![(60, 10)]);
+        estimated.estimated_ns = 900;
+        estimated.estimate_error_ns = 500;
+        let overlapping = key(1, Op::Allreduce, 10, 1500, vec![(150, 10)]);
+        let ranks = vec![
+            RankData {
+                rank: 0,
+                run_ns: 1000,
+                keys: vec![estimated],
+            },
+            RankData {
+                rank: 1,
+                run_ns: 1000,
+                keys: vec![overlapping],
+            },
+        ];
+        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
+        let site = &report.sites[0];
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+        assert!(
+            close(site.ranks.time_s.min, 1000e-9),
+            "rank 0 capped at its run"
+        );
+        assert_eq!(site.time.share, 1.0);
+        assert_eq!(report.share_in_calls, Some(1.0));
+        assert!(site.notes.iter().any(|n| n.contains("calls overlapped")));
+        // The slowest rank (1) measured everything: no estimate in its total.
+        assert!(close(site.time.total_s, 1500e-9));
+        assert_eq!(site.time.estimated_s, 0.0);
+        assert!(
+            close(site.time.share_error, 400.0 / 2000.0),
+            "error capped too"
+        );
+    }
+
+    #[test]
+    fn savings_are_the_mean_over_ranks() {
+        let saving = |saved_s: f64| Saving {
+            replaced: "native".into(),
+            replaced_us: 10.0,
+            winner_us: 5.0,
+            calls: 100,
+            saved_s,
+            low_s: saved_s - 1.0,
+            high_s: saved_s + 1.0,
+        };
+        let ranks: Vec<RankData> = [4.0, 2.0]
+            .into_iter()
+            .enumerate()
+            .map(|(rank, saved)| {
+                let mut k = key(1, Op::Allreduce, 10, 100, vec![(10, 10)]);
+                k.tuning = Some(TuningData {
+                    phase: "production".into(),
+                    reason: None,
+                    winner: Some("ring".into()),
+                    search_instances: 8,
+                    searches: 1,
+                    rounds: 4,
+                    codelets: Vec::new(),
+                    saved_s: None,
+                    saving: Some(saving(saved)),
+                });
+                RankData {
+                    rank: rank as u32,
+                    run_ns: 1000,
+                    keys: vec![k],
+                }
+            })
+            .collect();
+        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
+        let merged = report.sites[0].tuning.as_ref().unwrap().saving.clone();
+        assert_eq!(merged, Some(saving(3.0)));
     }
 
     #[test]
@@ -307,7 +523,7 @@ mod tests {
                 keys: vec![key(1, Op::Allreduce, 3, 600, vec![(200, 3)])],
             },
         ];
-        let report = merge(&ranks, "Test MPI", 2, |s| Location {
+        let report = merge(&ranks, "Test MPI", 2, None, |s| Location {
             text: format!("site{}", s.id),
             ..Location::default()
         });

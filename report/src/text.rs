@@ -2,12 +2,20 @@
 
 use std::fmt::Write;
 
-use crate::Report;
+use crate::{Report, Saving, SiteReport, TuningData};
 
 /// The summary of `report` with at most `top` sites.
 pub fn summary(report: &Report, top: usize) -> String {
     let mut out = String::new();
-    let in_calls: f64 = report.sites.iter().map(|s| s.time.share).sum();
+    // Version 1 reports lack the capped figure: their site shares, capped at the whole run.
+    let in_calls = report.share_in_calls.unwrap_or_else(|| {
+        report
+            .sites
+            .iter()
+            .map(|s| s.time.share)
+            .fold(0.0, |a, b| a + b)
+            .min(1.0)
+    });
     let partial = if report.ranks_reporting < report.nprocs {
         format!(" (data of {} ranks only)", report.ranks_reporting)
     } else {
@@ -15,33 +23,50 @@ pub fn summary(report: &Report, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "commtune: {} ranks, {}, run {:.3} s, {} sites, {:.1}% of the time in intercepted calls{partial}",
+        "commtune: {} ranks, {}, run {:.3} s, {} sites, {} of the time in intercepted calls{partial}",
         report.nprocs,
         report.mpi,
         report.run_time_s,
         report.sites.len(),
-        in_calls * 100.0
+        percent(in_calls)
     );
+    if let Some(aborted) = report.aborted {
+        let _ = writeln!(
+            out,
+            "commtune: partial report: rank {} called MPI_Abort (error code {}); this is what that \
+             rank had measured",
+            aborted.rank, aborted.code
+        );
+    }
     if report.sites.is_empty() {
         return out;
     }
     let _ = writeln!(
         out,
-        "  {:>6} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} location",
+        "  {:>12} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} location",
         "share", "calls", "bytes", "p50", "p99", "op", "codelet"
     );
-    for site in report.sites.iter().take(top) {
+    let shown = || report.sites.iter().take(top);
+    for site in shown() {
+        let untimed = site.time.timed_calls == Some(0);
+        let quantile = |us: f64| if untimed { "-".to_string() } else { micros(us) };
         let _ = writeln!(
             out,
-            "  {:>5.1}% {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} {}",
-            site.time.share * 100.0,
+            "  {:>12} {:>9} {:>10} {:>10} {:>10}  {:<10} {:<12} {}",
+            share(site),
             site.calls,
             bytes(site.bytes),
-            micros(site.time.p50_us),
-            micros(site.time.p99_us),
+            quantile(site.time.p50_us),
+            quantile(site.time.p99_us),
             site.op.name(),
             site.codelet,
             site.location
+        );
+    }
+    if shown().any(|s| s.time.estimated_s > 0.0) {
+        let _ = writeln!(
+            out,
+            "  ~: partly estimated (tuned calls are timed one in eight), \u{b1} the 95% interval"
         );
     }
     tuning(&mut out, report, top);
@@ -73,8 +98,8 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
     }
     let _ = writeln!(
         out,
-        "  tuning: {:<10} {:<18} {:>8} {:>10}  location / estimates or reason",
-        "phase", "winner", "searched", "saved"
+        "  tuning: {:<10} {:<18} {:>8} {:>22}  location / estimates or reason",
+        "phase", "winner", "searched", "saved in this run"
     );
     for (site, t) in tuned {
         let detail = match &t.reason {
@@ -88,22 +113,57 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         };
         let _ = writeln!(
             out,
-            "          {:<10} {:<18} {:>8} {:>10}  {}: {detail}",
+            "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",
             t.phase,
             t.winner.as_deref().unwrap_or("-"),
             t.search_instances,
-            seconds(t.saved_s),
+            saved(t),
             site.location
         );
     }
 }
 
-fn seconds(s: f64) -> String {
-    if s == 0.0 {
-        "-".to_string()
+/// A site's share of the run; `~` and the interval when part of it is estimated.
+fn share(site: &SiteReport) -> String {
+    if site.time.estimated_s > 0.0 {
+        format!(
+            "~{}\u{b1}{:.1}",
+            percent(site.time.share),
+            100.0 * site.time.share_error
+        )
     } else {
-        micros(s * 1e6)
+        percent(site.time.share)
     }
+}
+
+/// `12.3%`; never `-0.0%`.
+fn percent(fraction: f64) -> String {
+    format!(
+        "{:.1}%",
+        if fraction > 0.0 {
+            100.0 * fraction
+        } else {
+            0.0
+        }
+    )
+}
+
+/// What the winner saved, as measured, with its 95 % interval.
+fn saved(t: &TuningData) -> String {
+    match (&t.saving, t.saved_s) {
+        (Some(s), _) if !s.measurable() => "no measurable saving".to_string(),
+        (Some(s), _) => {
+            let what = if s.saved_s > 0.0 { "" } else { "cost " };
+            format!("{what}{} \u{b1}{}", micros(s.saved_s.abs() * 1e6), error(s))
+        }
+        // Version 1 reports: the old estimate, labelled as such.
+        (None, Some(v1)) if v1 != 0.0 => format!("~{} (estimate)", micros(v1 * 1e6)),
+        (None, _) => "-".to_string(),
+    }
+}
+
+fn error(s: &Saving) -> String {
+    micros((s.high_s - s.low_s) * 0.5e6)
 }
 
 fn bytes(b: u64) -> String {
@@ -134,6 +194,88 @@ fn micros(us: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Aborted, check_version};
+
+    /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
+    const VERSION_1: &str = r#"{"version":1,"mpi":"Test MPI","nprocs":2,"ranks_reporting":2,
+        "run_time_s":1.0,"sites":[{"op":"allreduce","location":"a.c:3 (main)","file":"a.c",
+        "line":3,"function":"main","object":"/bin/a","address":"0x10","signature":"count=1",
+        "calls":100,"bytes":800,"time":{"total_s":0.5,"min_us":1.0,"p50_us":2.0,"p90_us":3.0,
+        "p99_us":4.0,"max_us":5.0,"share":0.6},"codelet":"ring","codelets":{"ring":100},
+        "tuning":{"phase":"production","reason":null,"winner":"ring","search_instances":20,
+        "searches":1,"rounds":3,"codelets":[],"saved_s":0.25},
+        "ranks":{"count":2,"calls":{"min":100,"max":100},"bytes":{"min":800,"max":800},
+        "time_s":{"min":0.4,"max":0.5}}}]}"#;
+
+    fn version_1() -> Report {
+        serde_json::from_str(VERSION_1).expect("version 1 reports stay readable")
+    }
+
+    #[test]
+    fn older_reports_are_read_and_newer_refused() {
+        let report = version_1();
+        assert!(check_version(report.version).is_ok());
+        let text = summary(&report, 10);
+        assert!(text.contains("60.0% of the time"), "{text}");
+        assert!(text.contains("~250.00 ms (estimate)"), "{text}");
+        assert!(
+            check_version(crate::VERSION + 1)
+                .unwrap_err()
+                .contains("newer")
+        );
+    }
+
+    #[test]
+    fn no_sites_is_zero_percent_not_minus_zero() {
+        let mut report = version_1();
+        report.sites.clear();
+        let text = summary(&report, 10);
+        assert!(text.contains(" 0.0% of the time"), "{text}");
+        assert!(!text.contains("-0.0"), "{text}");
+    }
+
+    #[test]
+    fn estimates_savings_and_aborts_are_labelled() {
+        let mut report = version_1();
+        report.aborted = Some(Aborted { rank: 1, code: 3 });
+        report.share_in_calls = Some(0.5);
+        let site = &mut report.sites[0];
+        site.time.estimated_s = 0.1;
+        site.time.share_error = 0.02;
+        let saving = |saved_s: f64, half: f64| Saving {
+            replaced: "native".into(),
+            replaced_us: 10.0,
+            winner_us: 5.0,
+            calls: 100,
+            saved_s,
+            low_s: saved_s - half,
+            high_s: saved_s + half,
+        };
+        let measured = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(0.002, 0.001));
+            summary(&r, 10)
+        };
+        assert!(measured.contains("2.00 ms \u{b1}1.00 ms"), "{measured}");
+        assert!(measured.contains("~60.0%\u{b1}2.0"), "{measured}");
+        assert!(measured.contains("partly estimated"), "{measured}");
+        assert!(
+            measured.contains("partial report: rank 1 called MPI_Abort (error code 3)"),
+            "{measured}"
+        );
+        let noise = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(0.002, 0.003));
+            summary(&r, 10)
+        };
+        assert!(noise.contains("no measurable saving"), "{noise}");
+        let loss = {
+            let mut r = report.clone();
+            r.sites[0].tuning.as_mut().unwrap().saving = Some(saving(-0.002, 0.001));
+            summary(&r, 10)
+        };
+        assert!(loss.contains("cost 2.00 ms"), "{loss}");
+    }
 
     #[test]
     fn units() {

@@ -19,9 +19,9 @@ use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::neighbor::{self, Expected};
-use super::{Completed, NEIGHBOR, deferred, tuning};
+use super::{CODELETS, Completed, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred, tuning};
 use crate::config::Mode;
-use crate::keys::{self, CallKey, Description, Entry};
+use crate::keys::{self, CallKey, Description, Entry, Measured};
 use crate::mpi::datatype::Layout;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 use crate::site::SiteRef;
@@ -40,8 +40,9 @@ struct Posted {
     count: i64,
     datatype: mpi::MPI_Datatype,
     comm: mpi::MPI_Comm,
-    /// The halo codelet that posted it.
+    /// The halo codelet that posted it, and whether it posted it differently from native.
     codelet: usize,
+    changed: bool,
 }
 
 #[derive(Default)]
@@ -125,8 +126,9 @@ fn first_post(caller: usize, call: &PointToPoint) -> u64 {
 static EPISODES_PER_SITE: LazyLock<DashMap<SiteRef, u32, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
-/// An Isend or Irecv was posted successfully by halo codelet `codelet`.
-pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
+/// An Isend or Irecv was posted successfully by halo codelet `codelet` (`changed`: other than
+/// native would have).
+pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed: bool) {
     TRACKER.with_borrow_mut(|t| {
         let request = request.bits();
         // A handle that is reused was completed where we could not see it.
@@ -154,6 +156,7 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize) {
             datatype: call.datatype,
             comm: call.comm,
             codelet,
+            changed,
         });
         t.open += 1;
     });
@@ -268,14 +271,30 @@ impl Tracker {
         if entry.calls() == 0 {
             limits(ops).into_iter().for_each(|note| entry.note(note));
         }
-        // An episode whose messages were not all posted by one codelet counts as native;
-        // messages to MPI_PROC_NULL carry nothing and do not count.
-        let mut real = ops.iter().filter(|o| o.peer != mpi::proc_null());
-        let ran = match real.next() {
-            Some(first) if real.all(|o| o.codelet == first.codelet) => first.codelet,
-            _ => 0,
+        // An episode whose messages were not all posted by one codelet counts as native, and
+        // so does one whose codelet left every message as it was; messages to MPI_PROC_NULL
+        // carry nothing and do not count.
+        let real = || ops.iter().filter(|o| o.peer != mpi::proc_null());
+        let posted_by = match real().next() {
+            Some(first) if real().all(|o| o.codelet == first.codelet) => first.codelet,
+            _ => NATIVE,
         };
+        let unchanged = posted_by != NATIVE && !real().any(|o| o.changed);
+        let ran = if unchanged { NATIVE } else { posted_by };
+        if unchanged {
+            entry.unchanged(posted_by);
+        }
         let config = runtime::config();
+        if let Some(forced) = config.forced(Op::Halo)
+            && forced != ran
+            && !unchanged
+            && let Some(why) = not_run(forced, ops, expected)
+        {
+            entry.note(format!(
+                "forced halo codelet {} did not run an episode: {why}",
+                CODELETS[forced].name
+            ));
+        }
         if !config.delays.is_empty()
             && let Some(delay) = config.delay(Op::Halo, ran, entry.calls() + 1)
         {
@@ -283,10 +302,13 @@ impl Tracker {
         }
         let now = clock::now();
         let elapsed = now.saturating_sub(self.first_post);
-        entry.record_ending(elapsed, ran, now);
-        if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
-            tuning::completed(entry, expected.then_some(self.codelet), ran, elapsed, now);
-        }
+        let measured = if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
+            let chosen = expected.then_some(self.codelet);
+            tuning::completed(entry, chosen, ran, unchanged, elapsed, now)
+        } else {
+            Measured::Other
+        };
+        entry.record_ending(elapsed, ran, measured, now);
         PREDICTIONS.with_borrow_mut(|p| {
             if p.len() >= MAX_PREDICTIONS {
                 p.clear();
@@ -296,6 +318,30 @@ impl Tracker {
         self.reset();
     }
 }
+
+/// Why the forced halo codelet `forced` did not run an episode whose messages it did not post
+/// (None for `neighbor`, whose agreement notes its own reasons).
+fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
+    let real: Vec<&Posted> = ops.iter().filter(|o| o.peer != mpi::proc_null()).collect();
+    let reason = if forced == NEIGHBOR || real.is_empty() {
+        return None;
+    } else if !predicted && matches!(forced, PERSISTENT | IRECV_FIRST) {
+        "it starts with the episode's second instance (the first is posted natively)".to_string()
+    } else if forced != PERSISTENT && !mpi::sees_every_call() {
+        HIDDEN.to_string()
+    } else if real.iter().any(|o| o.codelet == forced) {
+        format!(
+            "some of its messages were posted natively (requires {})",
+            CODELETS[forced].requires.join(", ")
+        )
+    } else {
+        format!("requires {}", CODELETS[forced].requires.join(", "))
+    };
+    Some(reason)
+}
+
+/// Why halo codelets that need every MPI call to pass through the library do not apply.
+const HIDDEN: &str = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
 
 /// What keeps halo codelets from changing an episode, for the report.
 fn limits(ops: &[Posted]) -> Vec<String> {
@@ -307,7 +353,7 @@ fn limits(ops: &[Posted]) -> Vec<String> {
     if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
         notes.push("halo codelet persistent: counts beyond an int are posted natively".into());
     }
-    let hidden = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
+    let hidden = HIDDEN;
     let first_send = ops.iter().position(|o| o.kind == PointToPointKind::Send);
     let last_recv = ops.iter().rposition(|o| o.kind == PointToPointKind::Recv);
     let irecv_first = match (first_send, last_recv) {
@@ -328,15 +374,46 @@ fn limits(ops: &[Posted]) -> Vec<String> {
     }
     match neighbor::eligibility(ops.iter().map(Posted::expected)) {
         Err(why) => notes.push(format!("halo codelet neighbor does not apply: {why}")),
-        Ok(_) if !neighbor::may_agree() => notes.push(
-            "halo codelet neighbor is not tried: it changes which messages match, so every rank \
-             must agree to it (COMMTUNE_HALO_NEIGHBOR=on or COMMTUNE_FORCE=halo=neighbor, with \
-             every MPI call visible)"
-                .into(),
-        ),
+        Ok(_) if !neighbor::may_agree() => notes.push(format!(
+            "halo codelet neighbor is not tried: {}",
+            neighbor_not_tried()
+        )),
         Ok(_) => {}
     }
     notes
+}
+
+/// Why ranks may not agree on `neighbor`, from the knobs in force (never a suggestion to set
+/// what is set).
+fn neighbor_not_tried() -> String {
+    let config = runtime::config();
+    let forced = config.forced(Op::Halo);
+    let asked = forced == Some(NEIGHBOR) || (config.halo_neighbor && forced.is_none());
+    if asked && config.excluded(Op::Halo, NEIGHBOR) && forced.is_none() {
+        "COMMTUNE_EXCLUDE names it".into()
+    } else if asked && config.mode != Mode::Tune && forced.is_none() {
+        "COMMTUNE_HALO_NEIGHBOR=on takes effect with COMMTUNE_MODE=tune \
+         (COMMTUNE_FORCE=halo=neighbor runs it in any mode)"
+            .into()
+    } else if asked {
+        format!("it needs every MPI call visible: {HIDDEN}")
+    } else if let Some(other) = forced {
+        format!(
+            "COMMTUNE_FORCE=halo={} forces another codelet",
+            CODELETS[other].name
+        )
+    } else {
+        let visible = if mpi::sees_every_call() {
+            ""
+        } else {
+            " (not with Open MPI's Fortran bindings, which hide MPI calls)"
+        };
+        format!(
+            "it changes which messages match, so every rank must agree to it: \
+             COMMTUNE_HALO_NEIGHBOR=on lets tuning try it, COMMTUNE_FORCE=halo=neighbor forces \
+             it{visible}"
+        )
+    }
 }
 
 /// The report's description of an episode: its messages in posting order.

@@ -9,7 +9,7 @@
 
 use std::ffi::c_int;
 
-use super::{deferred, episode, persistent};
+use super::{Outcome, deferred, episode, persistent};
 use crate::mpi::requests::set_request_at;
 use crate::mpi::{self, MPI_Request, PointToPoint, PointToPointKind};
 
@@ -19,27 +19,31 @@ pub const REQUIRES: &[&str] = &[
     "sends to a peer other than MPI_PROC_NULL with an int count, not already in flight",
 ];
 
-/// Posts `call`; returns MPI's code and whether the codelet applied (false: posted natively
-/// where its order could not be kept).
-pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
+/// Posts `call`; returns MPI's code and what the codelet did: a send held back is changed,
+/// a receive or a send after every receive goes as it is, and a message whose order could not
+/// be kept is refused (posted natively).
+pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, Outcome) {
     let outstanding = episode::receives_outstanding();
-    if call.kind == PointToPointKind::Recv || outstanding.is_none() {
-        return (call.native(request), outstanding.is_some());
+    if outstanding.is_none() {
+        return (call.native(request), Outcome::Refused);
     }
-    if outstanding == Some(false) {
-        // Every receive is posted: this send already comes after them.
-        return (call.native(request), true);
+    if call.kind == PointToPointKind::Recv || outstanding == Some(false) {
+        // A receive, or a send after every receive: already in the codelet's order.
+        return (call.native(request), Outcome::AsItIs);
     }
     if !mpi::sees_every_call() {
-        return (call.native(request), false);
+        return (call.native(request), Outcome::Refused);
     }
     match persistent::reserve(call, true) {
         Some(reserved) => {
             // SAFETY: the application's request variable, as MPI_Isend requires.
             unsafe { set_request_at(request, 0, reserved.handle()) };
             deferred::defer(reserved, None);
-            (mpi::SUCCESS, true)
+            (mpi::SUCCESS, Outcome::Changed)
         }
-        None => (deferred::post_listed_then(|| call.native(request)), false),
+        None => (
+            deferred::post_listed_then(|| call.native(request)),
+            Outcome::Refused,
+        ),
     }
 }

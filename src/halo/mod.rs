@@ -68,6 +68,18 @@ const PAIRWISE: usize = 4;
 /// The one codelet that changes which messages match: ranks run it only where they agreed.
 const NEIGHBOR: usize = 5;
 
+/// How a halo codelet dealt with one message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Posted natively: the message does not meet the codelet's requirements.
+    Refused,
+    /// Taken, and posted as native posts it: nothing to change (a contiguous message for
+    /// `pack`, a receive or a send after every receive for `irecv_first`).
+    AsItIs,
+    /// Taken, and posted differently from native.
+    Changed,
+}
+
 /// Which requests of the array given to a completion call have completed.
 pub enum Completed {
     Nothing,
@@ -116,28 +128,35 @@ thread_local! {
 /// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it.
 pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_int {
     pack::poll_orphans(false);
-    let (rc, used) = match episode::codelet(caller, call) {
+    let codelet = episode::codelet(caller, call);
+    let (rc, outcome) = match codelet {
         PERSISTENT => match persistent::start(call) {
             Some(ours) => {
                 // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
                 unsafe { set_request_at(request, 0, ours.handle()) };
-                (mpi::SUCCESS, PERSISTENT)
+                (mpi::SUCCESS, Outcome::Changed)
             }
-            None => (call.native(request), NATIVE),
+            None => (call.native(request), Outcome::Refused),
         },
-        IRECV_FIRST => applied(irecv_first::post(call, request), IRECV_FIRST),
-        PAIRWISE => applied(pairwise::post(call, request), PAIRWISE),
-        NEIGHBOR => applied(neighbor::post(call, request), NEIGHBOR),
+        IRECV_FIRST => irecv_first::post(call, request),
+        PAIRWISE => applied(pairwise::post(call, request)),
+        NEIGHBOR => applied(neighbor::post(call, request)),
         PACK => match pack::post(call, request) {
-            pack::Posted::Packed(rc) => (rc, PACK),
-            pack::Posted::AsItIs => (call.native(request), PACK),
-            pack::Posted::Refused => (call.native(request), NATIVE),
+            pack::Posted::Packed(rc) => (rc, Outcome::Changed),
+            pack::Posted::AsItIs => (call.native(request), Outcome::AsItIs),
+            pack::Posted::Refused => (call.native(request), Outcome::Refused),
         },
-        _ => (call.native(request), NATIVE),
+        _ => (call.native(request), Outcome::Refused),
+    };
+    let used = if outcome == Outcome::Refused {
+        NATIVE
+    } else {
+        codelet
     };
     if rc == mpi::SUCCESS {
         // SAFETY: the request variable holds the handle just written.
-        episode::posted(call, unsafe { request_at(request, 0) }, used);
+        let handle = unsafe { request_at(request, 0) };
+        episode::posted(call, handle, used, outcome == Outcome::Changed);
         if used == IRECV_FIRST && episode::receives_outstanding() == Some(false) {
             deferred::post_listed();
         }
@@ -145,9 +164,16 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
     rc
 }
 
-/// MPI's code, and `codelet` if it applied, else native.
-fn applied((rc, applied): (c_int, bool), codelet: usize) -> (c_int, usize) {
-    (rc, if applied { codelet } else { NATIVE })
+/// MPI's code, and what a codelet that posts every message it takes its own way did.
+fn applied((rc, applied): (c_int, bool)) -> (c_int, Outcome) {
+    (
+        rc,
+        if applied {
+            Outcome::Changed
+        } else {
+            Outcome::Refused
+        },
+    )
 }
 
 /// Runs a completion call over `requests[..count]`: closes the episode it finishes, hands the

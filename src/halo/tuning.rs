@@ -19,7 +19,7 @@ use rustc_hash::FxBuildHasher;
 
 use super::{CODELETS, NEIGHBOR, neighbor};
 use crate::codelets::{self, Partners};
-use crate::keys::Entry;
+use crate::keys::{Entry, Measured};
 use crate::runtime;
 use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate, samples_of};
 
@@ -30,8 +30,8 @@ const MAX_MISSES: u32 = 4;
 struct EpisodeTuning {
     instances: u64,
     search: Option<Search>,
-    /// The winner and the instance production started at.
-    production: Option<(usize, u64)>,
+    /// The winner, once decided.
+    production: Option<usize>,
     /// The decided search, for the report.
     decided: Option<Plan>,
     search_instances: u64,
@@ -68,7 +68,7 @@ pub fn choose(entry: &'static Entry) -> usize {
     let Some(t) = TUNING.get(&id(entry)) else {
         return 0;
     };
-    if let Some((winner, _)) = t.production {
+    if let Some(winner) = t.production {
         return winner;
     }
     t.search
@@ -78,8 +78,16 @@ pub fn choose(entry: &'static Entry) -> usize {
 }
 
 /// An instance of `entry` completed at clock `now` after `ticks`: it was to run `chosen` (None
-/// when it was not predicted to be this key) and ran `ran`.
-pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks: u64, now: u64) {
+/// when it was not predicted to be this key) and ran `ran` (native when the chosen codelet left
+/// every message as it was: `unchanged`). Returns what the instance was for the report.
+pub fn completed(
+    entry: &'static Entry,
+    chosen: Option<usize>,
+    ran: usize,
+    unchanged: bool,
+    ticks: u64,
+    now: u64,
+) -> Measured {
     let mut t = TUNING.entry(id(entry)).or_default();
     let t = &mut *t;
     t.instances += 1;
@@ -96,18 +104,26 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
         sample
             .into_iter()
             .for_each(|s| neighbor::sample(entry, ran == NEIGHBOR, s));
-        return;
+        return Measured::Sample;
     }
     let Some(search) = &mut t.search else {
         if t.instances >= runtime::config().tuning.warmup {
             t.search = Some(Search::new());
         }
-        return;
+        return Measured::Other;
     };
     t.search_instances += 1;
     let Some(chosen) = chosen.filter(|&c| search.current() == Some(c)) else {
-        return;
+        return Measured::Search;
     };
+    if unchanged {
+        // Its samples would be native's.
+        entry.note(format!(
+            "halo codelet {} left the search: it changes nothing in this episode",
+            CODELETS[chosen].name
+        ));
+        search.drop_current();
+    }
     let sample = match runtime::config().tuning.timing {
         Timing::Period => previous
             .filter(|&(_, codelet)| codelet == chosen && ran == chosen)
@@ -116,6 +132,7 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     };
     let last_of_codelet = search.step % repeat() == repeat() - 1;
     match sample {
+        _ if unchanged => {}
         Some(ticks) if last_of_codelet => {
             search.misses = 0;
             samples_of(&mut search.samples, chosen).push(ticks as f64);
@@ -140,9 +157,10 @@ pub fn completed(entry: &'static Entry, chosen: Option<usize>, ran: usize, ticks
     if search.step >= search.plan.candidates.len() * repeat()
         && let Some(winner) = search.end_round()
     {
-        t.production = Some((winner, t.instances));
+        t.production = Some(winner);
         t.decided = t.search.take().map(|s| s.plan);
     }
+    Measured::Search
 }
 
 impl Search {
@@ -223,7 +241,8 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
             searches: 0,
             rounds: 0,
             codelets: Vec::new(),
-            saved_s: 0.0,
+            saved_s: None,
+            saving: None,
         };
     };
     let (phase, reason) = match (&t.production, &t.search) {
@@ -240,24 +259,20 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let plan = t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref());
     let names = codelets::names(Op::Halo);
     let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(&names, ns_per_tick));
-    let saved_s = match (t.production, plan) {
-        (Some((winner, since)), Some(plan)) => {
-            plan.saved_s(winner, t.instances.saturating_sub(since), ns_per_tick)
-        }
-        _ => 0.0,
-    };
     TuningData {
         phase: phase.into(),
         reason,
         winner: if neighbor::chosen(entry) {
             Some(CODELETS[NEIGHBOR].name.to_string())
         } else {
-            t.production.map(|(w, _)| names[w].to_string())
+            t.production.map(|w| names[w].to_string())
         },
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
         rounds: plan.map_or(0, |p| p.rounds),
         codelets,
-        saved_s,
+        saved_s: None,
+        // Measured per site: `keys::Entry::data`.
+        saving: None,
     }
 }

@@ -1,7 +1,8 @@
-//! MPI_Init, MPI_Init_thread and MPI_Finalize.
+//! MPI_Init, MPI_Init_thread, MPI_Finalize and MPI_Abort.
 
 use std::ffi::{c_char, c_int};
 
+use crate::mpi::MPI_Comm;
 use crate::{halo, mpi, runtime};
 
 /// MPI_Init (`required` < 0) or MPI_Init_thread.
@@ -33,4 +34,14 @@ pub extern "C" fn commtune_finalize() -> c_int {
     let rc = mpi::finalize();
     runtime::finalized(gathered);
     rc
+}
+
+/// MPI_Abort: this rank's report first (without communication, and waiting for it a bounded
+/// time only), then the abort.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_abort(comm: MPI_Comm, code: c_int) -> c_int {
+    if runtime::enabled() {
+        runtime::aborting(code);
+    }
+    mpi::abort(comm, code)
 }

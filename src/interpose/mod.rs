@@ -10,7 +10,7 @@ use std::ffi::c_int;
 
 use crate::codelets::{self, Operation};
 use crate::config::Mode;
-use crate::keys::Entry;
+use crate::keys::{Entry, Measured};
 use crate::{clock, halo, runtime, tuner};
 
 /// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
@@ -31,7 +31,7 @@ fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
         codelets::inject_delay(call, delay);
     }
     let rc = codelets::execute(call, index);
-    entry.record(clock::now().saturating_sub(start), index);
+    entry.record(clock::now().saturating_sub(start), index, Measured::Other);
     rc
 }
 

@@ -5,20 +5,24 @@
 //! time anywhere, describes the key for the report. Entries live until the process ends (the
 //! report reads them at MPI_Finalize), so they are leaked and handed out as `&'static`.
 
+mod estimate;
 mod table;
 
 pub use table::Table;
+
+use self::estimate::Moments;
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-use commtune_report::{KeyData, Op, SiteData, TuningData};
+use commtune_report::{KeyData, Op, Saving, SiteData, TuningData};
 use dashmap::DashMap;
 use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::config::Mode;
+use crate::say::say;
 use crate::site::{self, Caller, SiteRef};
 use crate::{codelets, runtime, tuner};
 
@@ -107,15 +111,31 @@ pub struct Entry {
 /// Codelets per operation at most (alltoall has eight).
 pub const MAX_CODELETS: usize = 8;
 
-/// Timed calls, durations in clock ticks (see `clock`). Production calls of tuned keys are
-/// only counted, except one in eight that is timed; each codelet's untimed calls are estimated
-/// from its timed ones.
+/// What a timed call was, for the report.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Measured {
+    /// A call of a search (tuning).
+    Search,
+    /// One of the production calls timed to stand for the untimed ones (one in eight for
+    /// collectives, every episode for halo keys).
+    Sample,
+    /// Anything else: warm-up, profiling, drift windows.
+    Other,
+}
+
+/// Timed calls, durations in clock ticks (see `clock`), per codelet (registry index).
+/// Production calls of tuned keys are only counted, except one in eight that is timed: the
+/// untimed calls' time is estimated from those (`estimate`).
 struct Stats {
     min: u64,
     max: u64,
     histogram: Histogram<u32>,
-    timed: [u64; MAX_CODELETS],
-    ticks: [u64; MAX_CODELETS],
+    /// Every timed call; those of searches; the production sample.
+    timed: [Moments; MAX_CODELETS],
+    search: [Moments; MAX_CODELETS],
+    sample: [Moments; MAX_CODELETS],
+    /// Halo episodes a codelet was to run but left as they were (counted as native).
+    unchanged: [u64; MAX_CODELETS],
     notes: Vec<String>,
     /// Clock ticks at the key's latest end, and the intervals between consecutive ends (halo
     /// episodes: the application's iteration, the `period` view).
@@ -131,16 +151,16 @@ fn new_histogram() -> Histogram<u32> {
 
 impl Entry {
     /// Adds one call that took `ticks` and ran codelet `codelet` (registry index).
-    pub fn record(&self, ticks: u64, codelet: usize) {
+    pub fn record(&self, ticks: u64, codelet: usize, measured: Measured) {
         let Ok(mut s) = self.stats.lock() else { return };
-        self.add(&mut s, ticks, codelet);
+        self.add(&mut s, ticks, codelet, measured);
     }
 
     /// As `record`, for a key whose instance ended at clock `now`: one more period since the
     /// previous end (halo episodes).
-    pub fn record_ending(&self, ticks: u64, codelet: usize, now: u64) {
+    pub fn record_ending(&self, ticks: u64, codelet: usize, measured: Measured, now: u64) {
         let Ok(mut s) = self.stats.lock() else { return };
-        self.add(&mut s, ticks, codelet);
+        self.add(&mut s, ticks, codelet, measured);
         if s.last_end != 0 {
             s.period_ticks += now.saturating_sub(s.last_end);
             s.periods += 1;
@@ -148,14 +168,24 @@ impl Entry {
         s.last_end = now;
     }
 
-    fn add(&self, s: &mut Stats, ticks: u64, codelet: usize) {
+    fn add(&self, s: &mut Stats, ticks: u64, codelet: usize, measured: Measured) {
         // Under the lock, or from the one thread of a collective's key: no locked increment.
         self.count(codelet);
         s.min = s.min.min(ticks);
         s.max = s.max.max(ticks);
         s.histogram.saturating_record(ticks.max(1));
-        s.timed[codelet] += 1;
-        s.ticks[codelet] += ticks;
+        s.timed[codelet].add(ticks);
+        match measured {
+            Measured::Search => s.search[codelet].add(ticks),
+            Measured::Sample => s.sample[codelet].add(ticks),
+            Measured::Other => {}
+        }
+    }
+
+    /// A halo episode that `codelet` was to run left every message as it was.
+    pub fn unchanged(&self, codelet: usize) {
+        let Ok(mut s) = self.stats.lock() else { return };
+        s.unchanged[codelet] += 1;
     }
 
     /// Adds one call of codelet `codelet` without timing it. Only for a key that one thread at
@@ -204,12 +234,23 @@ impl Entry {
             .map(|c| c.load(Ordering::Relaxed))
             .collect();
         let all: u64 = calls.iter().sum();
-        // Each codelet's untimed calls at its timed calls' mean.
-        let total: f64 = (0..MAX_CODELETS)
-            .filter(|&c| s.timed[c] > 0)
-            .map(|c| s.ticks[c] as f64 * calls[c] as f64 / s.timed[c] as f64)
-            .sum();
+        let timed: u64 = s.timed.iter().map(|m| m.n).sum();
+        let measured: f64 = s.timed.iter().map(Moments::sum).sum();
+        let mean = (timed > 0).then(|| measured / timed as f64);
+        // Each codelet's untimed calls from its production sample (or, lacking one, its other
+        // timed calls, or the key's): half-widths add up, an upper bound whatever the
+        // correlation between codelets.
+        let (estimated, error) = (0..MAX_CODELETS)
+            .map(|c| {
+                let untimed = calls[c].saturating_sub(s.timed[c].n);
+                estimate::extrapolate(untimed, &s.sample[c], s.timed[c].mean().or(mean))
+            })
+            .fold((0.0, 0.0), |(e, h), (ec, hc)| (e + ec, h + hc));
         let names = codelets::names(self.op);
+        let mut tuning = self.tuning(&names, ns_per_tick);
+        if let Some(t) = &mut tuning {
+            t.saving = saving(t, &names, &calls, &s, ns_per_tick);
+        }
         KeyData {
             op: self.op,
             site: self.site.clone(),
@@ -217,12 +258,11 @@ impl Entry {
             signature: self.description.signature.clone(),
             calls: all,
             bytes: all * self.description.bytes_per_call,
-            total_ns: ns(total),
-            min_ns: if s.timed.iter().sum::<u64>() == 0 {
-                0
-            } else {
-                ns(s.min as f64)
-            },
+            timed,
+            measured_ns: ns(measured),
+            estimated_ns: ns(estimated),
+            estimate_error_ns: ns(error),
+            min_ns: if timed == 0 { 0 } else { ns(s.min as f64) },
             max_ns: ns(s.max as f64),
             histogram: s
                 .histogram
@@ -235,11 +275,45 @@ impl Entry {
                 .filter(|(_, n)| **n > 0)
                 .map(|(name, n)| (name.to_string(), *n))
                 .collect(),
+            unchanged: names
+                .iter()
+                .zip(&s.unchanged)
+                .filter(|(_, n)| **n > 0)
+                .map(|(name, n)| (name.to_string(), *n))
+                .collect(),
             notes: s.notes.clone(),
             period_ns: (s.periods > 0).then(|| ns(s.period_ticks as f64 / s.periods as f64)),
-            tuning: self.tuning(&names, ns_per_tick),
+            tuning,
         }
     }
+}
+
+/// What the winner of a key in production saved on this rank, as measured: its production calls
+/// against native's calls in the search (None: native kept, or too few timed calls).
+fn saving(
+    tuning: &TuningData,
+    names: &[&str],
+    calls: &[u64],
+    s: &Stats,
+    ns_per_tick: f64,
+) -> Option<Saving> {
+    let winner = names
+        .iter()
+        .position(|n| Some(*n) == tuning.winner.as_deref())
+        .filter(|&w| w != 0 && tuning.phase == "production")?;
+    let production = calls[winner].saturating_sub(s.search[winner].n);
+    let (saved, low, high) = estimate::saving(&s.search[0], &s.sample[winner], production)?;
+    let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
+    let seconds = |ticks: f64| ticks * ns_per_tick * 1e-9;
+    Some(Saving {
+        replaced: names[0].to_string(),
+        replaced_us: us(s.search[0].mean()?),
+        winner_us: us(s.sample[winner].mean()?),
+        calls: production,
+        saved_s: seconds(saved),
+        low_s: seconds(low),
+        high_s: seconds(high),
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -349,7 +423,7 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
 fn new_entry(key: CallKey, description: Description) -> &'static Entry {
     let site = site::describe(key.caller);
     if runtime::config().verbose >= 2 {
-        eprintln!(
+        say!(
             "commtune[{}]: new {} site {}+{:#x}: {}",
             runtime::process().map_or(-1, |p| i64::from(p.rank)),
             key.op.name(),
@@ -370,8 +444,10 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             min: u64::MAX,
             max: 0,
             histogram: new_histogram(),
-            timed: [0; MAX_CODELETS],
-            ticks: [0; MAX_CODELETS],
+            timed: Default::default(),
+            search: Default::default(),
+            sample: Default::default(),
+            unchanged: [0; MAX_CODELETS],
             notes: Vec::new(),
             last_end: 0,
             period_ticks: 0,

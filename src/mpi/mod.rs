@@ -149,6 +149,12 @@ pub fn finalize() -> c_int {
     unsafe { ffi::PMPI_Finalize() }
 }
 
+/// The application's MPI_Abort.
+pub fn abort(comm: MPI_Comm, code: c_int) -> c_int {
+    // SAFETY: the application's arguments, passed through unchanged.
+    unsafe { ffi::PMPI_Abort(comm, code) }
+}
+
 /// The application's MPI_Barrier.
 pub fn barrier(comm: MPI_Comm) -> c_int {
     // SAFETY: the application's argument, passed through unchanged.

@@ -1,12 +1,14 @@
 //! The end-of-run report: every rank's keys gathered to rank 0 on a private communicator at
 //! MPI_Finalize, merged, symbolized, written as JSON and summarised on stderr.
 
-use std::path::PathBuf;
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
 
-use commtune_report::{RankData, Report};
+use commtune_report::{Aborted, RankData, Report};
 
 use crate::config::{Config, ReportTarget};
 use crate::runtime::Process;
+use crate::say::{self, say};
 use crate::site::Symbolizer;
 use crate::{clock, keys, mpi};
 
@@ -29,7 +31,7 @@ impl Gathered {
     /// reach it long after the other ranks (MPICH 4.0.2 over UCX's TCP transport then hung in
     /// MPI_Finalize now and then: rank 0 flushing its connections while the others waited).
     pub fn publish(self, process: &Process, config: &Config) {
-        publish(&self.0, process, config);
+        publish(&self.0, process, config, None);
     }
 }
 
@@ -39,7 +41,7 @@ pub fn gather(process: &Process) -> Option<Gathered> {
     let mine = match serde_json::to_vec(&rank_data(process)) {
         Ok(bytes) => bytes,
         Err(e) => {
-            eprintln!(
+            say!(
                 "commtune: rank {}: cannot encode the report data: {e}",
                 process.rank
             );
@@ -47,7 +49,7 @@ pub fn gather(process: &Process) -> Option<Gathered> {
         }
     };
     let Some(comm) = mpi::comm_dup(mpi::comm_world()) else {
-        eprintln!("commtune: cannot create the report communicator; no report");
+        say!("commtune: cannot create the report communicator; no report");
         return None;
     };
     let gathered = mpi::gather_bytes(comm, &mine);
@@ -62,20 +64,29 @@ pub fn gather(process: &Process) -> Option<Gathered> {
 /// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0.
 pub fn write_local(process: &Process, config: &Config) {
     if process.rank == 0 {
-        publish(&[rank_data(process)], process, config);
+        publish(&[rank_data(process)], process, config, None);
     }
 }
 
-fn publish(ranks: &[RankData], process: &Process, config: &Config) {
+/// MPI_Abort on this rank, whichever it is: its own data, marked with the abort.
+pub fn write_aborted(process: &Process, config: &Config, code: c_int) {
+    let aborted = Aborted {
+        rank: process.rank,
+        code,
+    };
+    publish(&[rank_data(process)], process, config, Some(aborted));
+}
+
+fn publish(ranks: &[RankData], process: &Process, config: &Config, aborted: Option<Aborted>) {
     let mut symbolizer = Symbolizer::default();
-    let report = commtune_report::merge(ranks, &process.mpi, process.size, |site| {
+    let report = commtune_report::merge(ranks, &process.mpi, process.size, aborted, |site| {
         symbolizer.locate(site)
     });
-    eprint!("{}", commtune_report::summary(&report, SUMMARY_SITES));
+    say::text(commtune_report::summary(&report, SUMMARY_SITES));
     if let Some(path) = report_path(&config.report) {
         match write(&report, &path) {
-            Ok(()) => eprintln!("commtune: report written to {}", path.display()),
-            Err(e) => eprintln!(
+            Ok(()) => say!("commtune: report written to {}", path.display()),
+            Err(e) => say!(
                 "commtune: cannot write the report to {}: {e}",
                 path.display()
             ),
@@ -83,9 +94,16 @@ fn publish(ranks: &[RankData], process: &Process, config: &Config) {
     }
 }
 
-fn write(report: &Report, path: &PathBuf) -> std::io::Result<()> {
+/// Writes through a temporary file renamed into place: a writer cut short by MPI_Abort, or two
+/// ranks aborting at once, never leave a torn report.
+fn write(report: &Report, path: &Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
-    std::fs::write(path, json)
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&temporary, json)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
 }
 
 /// The configured path; by default `commtune-<job id>.json` with the batch system's job id, or

@@ -35,8 +35,9 @@ use self::state::{
 pub use self::state::{TunerLink, samples_of};
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
-use crate::keys::Entry;
+use crate::keys::{Entry, Measured};
 use crate::mpi::{self, Comm};
+use crate::say::say;
 use crate::{clock, runtime};
 
 /// How search samples are timed (COMMTUNE_TIMING).
@@ -115,10 +116,23 @@ enum Measure {
     Search { sample: bool },
     /// Timed for the report.
     Timed,
+    /// Timed for the report as one of the calls in eight that stand for the untimed ones.
+    Sample,
     /// Timed for the report and for the drift window of a key in production.
     Window,
     /// Counted only.
     Counted,
+}
+
+impl Measure {
+    /// What the key's report makes of the call's time.
+    fn kind(self) -> Measured {
+        match self {
+            Measure::Search { .. } => Measured::Search,
+            Measure::Sample => Measured::Sample,
+            Measure::Timed | Measure::Window | Measure::Counted => Measured::Other,
+        }
+    }
 }
 
 impl Step {
@@ -148,8 +162,9 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
     let interval = runtime::config().tuning.drift_interval;
     if k + DRIFT_WINDOW.min(interval / 2) >= drift_at {
         Measure::Window
-    } else if k.is_multiple_of(SAMPLE_EVERY) {
-        Measure::Timed
+    } else if k % SAMPLE_EVERY == 1 {
+        // The first call too: a key called fewer than eight times still has a time.
+        Measure::Sample
     } else {
         Measure::Counted
     }
@@ -198,9 +213,15 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     let config = runtime::config();
     let timed = step.measure != Measure::Counted;
     let start = if timed { clock::now() } else { 0 };
-    if let Some(comm) = step.barrier {
-        let _ = comm.barrier();
-    }
+    // The call's own time leaves out the barrier of barrier timing: the report compares it
+    // with production calls, which have none.
+    let call_start = match step.barrier {
+        Some(comm) => {
+            let _ = comm.barrier();
+            clock::now()
+        }
+        None => start,
+    };
     if !config.delays.is_empty() {
         let instance = tuner.instances.load(Ordering::Relaxed);
         if let Some(delay) = config.delay(C::OP, step.codelet, instance) {
@@ -209,9 +230,13 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     }
     let rc = codelets::execute(call, step.codelet);
     if timed {
-        let ticks = clock::now().saturating_sub(start);
-        entry.record(ticks, step.codelet);
-        measured(tuner, &step, start, ticks);
+        let end = clock::now();
+        entry.record(
+            end.saturating_sub(call_start),
+            step.codelet,
+            step.measure.kind(),
+        );
+        measured(tuner, &step, start, end.saturating_sub(start));
     } else {
         entry.count(step.codelet);
     }
@@ -263,6 +288,12 @@ fn slow_step<C: Operation>(at: &At<C>) -> Step {
     if comm.is_active(tuner) {
         slot.set_active(&mut comm, Some((tuner, n)));
         return search_step(at, &mut comm, &mut key);
+    }
+    if comm.active.is_some()
+        && matches!(key.phase, Phase::Warmup)
+        && k >= runtime::config().tuning.warmup
+    {
+        key.waited += 1;
     }
     if comm.active.is_none() && n >= slot.next_check.load(Ordering::Relaxed) {
         checkpoint(at, &mut comm, &mut key);
@@ -362,7 +393,10 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
                 at.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
         }
-        Ok(agree::Checkpoint::Partial) => comm.interval = MIN_INTERVAL,
+        Ok(agree::Checkpoint::Partial) => {
+            comm.interval = MIN_INTERVAL;
+            key.partial += 1;
+        }
         Ok(agree::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
         Err(_) => return at.slot.disable(comm),
     }
@@ -386,7 +420,7 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
         .collect();
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
-        let production = Phase::Production(Production::new(0, at.k));
+        let production = Phase::Production(Production::new(0));
         at.tuner.settle(key, 0, production, u64::MAX);
         return false;
     }
@@ -463,7 +497,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
                 trace(entry, || {
                     format!("decided {}", codelets::names(entry.op)[winner])
                 });
-                let phase = Phase::Production(Production::new(winner, k));
+                let phase = Phase::Production(Production::new(winner));
                 if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                     key.decided = Some(done.plan);
                 }
@@ -498,7 +532,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
 fn trace(entry: &Entry, line: impl FnOnce() -> String) {
     if runtime::config().verbose >= 2 {
         let rank = runtime::process().map_or(-1, |p| i64::from(p.rank));
-        eprintln!(
+        say!(
             "commtune[{rank}]: tune {} {}+{:#x}: {}",
             entry.op.name(),
             crate::site::file_name(&entry.site.object),
@@ -584,7 +618,7 @@ fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, tuner: &KeyTuner, 
     }
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
-    let production = Phase::Production(Production::new(winner, k));
+    let production = Phase::Production(Production::new(winner));
     active.settle(&mut other, winner, production, drift_at);
     slot.set_active(comm, None);
     slot.next_check.store(n + 1, Ordering::Relaxed);

@@ -96,16 +96,6 @@ impl Plan {
             .collect()
     }
 
-    /// Seconds saved versus native by `winner` over `calls` calls, by the estimates.
-    pub fn saved_s(&self, winner: usize, calls: u64, ns_per_tick: f64) -> f64 {
-        match (self.estimate(0), self.estimate(winner)) {
-            (Some(native), Some(best)) if winner != 0 => {
-                (native.location - best.location) * calls as f64 * ns_per_tick * 1e-9
-            }
-            _ => 0.0,
-        }
-    }
-
     pub fn estimate(&self, index: usize) -> Option<Agreed> {
         self.estimates
             .iter()

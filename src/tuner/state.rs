@@ -220,7 +220,7 @@ impl KeyTuner {
             Phase::Warmup if instances < warmup => Some(format!(
                 "called {instances} times, fewer than COMMTUNE_WARMUP={warmup}"
             )),
-            Phase::Warmup => Some("no checkpoint found every rank at this call".to_string()),
+            Phase::Warmup => Some(no_checkpoint(&key, instances, warmup)),
             _ => None,
         });
         let plan = match &key.phase {
@@ -228,12 +228,6 @@ impl KeyTuner {
             _ => key.decided.as_ref(),
         };
         let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(names, ns_per_tick));
-        let saved_s = match (&key.phase, plan) {
-            (Phase::Production(p), Some(plan)) => {
-                plan.saved_s(p.winner, instances.saturating_sub(p.since), ns_per_tick)
-            }
-            _ => 0.0,
-        };
         TuningData {
             phase: phase.to_string(),
             reason,
@@ -242,7 +236,9 @@ impl KeyTuner {
             searches: key.searches,
             rounds: plan.map_or(0, |p| p.rounds),
             codelets,
-            saved_s,
+            saved_s: None,
+            // Measured per site: `keys::Entry::data`.
+            saving: None,
         }
     }
 }
@@ -261,6 +257,39 @@ pub struct KeyTuning {
     /// The latest decided search (for the report).
     pub decided: Option<Plan>,
     pub reason: Option<&'static str>,
+    /// Warm-up: calls made while ready but another key of the communicator was searched, and
+    /// checkpoints at this key where not every rank was ready at it.
+    pub waited: u64,
+    pub partial: u32,
+}
+
+/// Why a key that repeated enough is still in warm-up, and what changes it.
+fn no_checkpoint(key: &KeyTuning, calls: u64, warmup: u64) -> String {
+    let detail = if key.waited > 0 {
+        format!(
+            "another call of this communicator was being searched during {} of its {calls} \
+             calls (shorter searches: a smaller COMMTUNE_SAMPLES, or COMMTUNE_SEARCH=racing)",
+            key.waited
+        )
+    } else if key.partial > 0 {
+        format!(
+            "at {} checkpoints here some ranks had not made this call COMMTUNE_WARMUP={warmup} \
+             times yet, or were at another call",
+            key.partial
+        )
+    } else {
+        format!(
+            "the checkpoints fell on other calls of this communicator (they are 4 to 65536 \
+             collective calls apart, further while no call is ready; a smaller \
+             COMMTUNE_WARMUP={warmup} makes calls ready sooner)"
+        )
+    };
+    format!(
+        "no checkpoint found every rank at this call: {detail}. A search starts only at a \
+         checkpoint, a collective call where one small reduction finds every rank of the \
+         communicator at the same call, made COMMTUNE_WARMUP times; a communicator searches one \
+         call at a time"
+    )
 }
 
 #[derive(Default)]
@@ -274,8 +303,6 @@ pub enum Phase {
 
 pub struct Production {
     pub winner: usize,
-    /// Call number of the decision.
-    pub since: u64,
     /// Sampled durations since the last drift check, and the first window's median.
     pub window: Vec<u64>,
     pub baseline: Option<f64>,
@@ -283,10 +310,9 @@ pub struct Production {
 }
 
 impl Production {
-    pub fn new(winner: usize, since: u64) -> Production {
+    pub fn new(winner: usize) -> Production {
         Production {
             winner,
-            since,
             window: Vec::new(),
             baseline: None,
             strikes: 0,

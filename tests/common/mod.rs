@@ -321,6 +321,12 @@ fn cluster_launcher(flavour: Flavour, np: usize) -> Command {
     cmd
 }
 
+/// Runs `job` while no other job of this test binary runs.
+pub fn alone<T>(job: impl FnOnce() -> T) -> T {
+    let _one_at_a_time = lock();
+    job()
+}
+
 fn lock() -> MutexGuard<'static, ()> {
     JOBS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -244,6 +244,8 @@ fn report(args: &ReportArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("cannot read {name}: {e}")))?;
     let report: commtune_report::Report = serde_json::from_str(&text)
         .map_err(|e| Failure::new(1, format!("{name} is not a commtune report: {e}")))?;
+    commtune_report::check_version(report.version)
+        .map_err(|e| Failure::new(1, format!("{name}: {e}")))?;
     print!("{}", commtune_report::summary(&report, args.top));
     Ok(())
 }
