@@ -155,7 +155,7 @@ pub fn abort(comm: MPI_Comm, code: c_int) -> c_int {
     unsafe { ffi::PMPI_Abort(comm, code) }
 }
 
-/// The application's MPI_Barrier.
+/// PMPI_Barrier: the application's MPI_Barrier, or the library's own on a private communicator.
 pub fn barrier(comm: MPI_Comm) -> c_int {
     // SAFETY: the application's argument, passed through unchanged.
     unsafe { ffi::PMPI_Barrier(comm) }

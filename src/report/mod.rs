@@ -23,15 +23,21 @@ fn rank_data(process: &Process) -> RankData {
     }
 }
 
-/// Every rank's data, gathered on rank 0, to publish once MPI is finalized.
-pub struct Gathered(Vec<RankData>);
+/// Every rank's data as it arrived on rank 0, to publish once MPI is finalized.
+pub struct Gathered(Vec<Vec<u8>>);
 
 impl Gathered {
-    /// Merges, symbolizes and writes the report: after MPI_Finalize, so that rank 0 does not
-    /// reach it long after the other ranks (MPICH 4.0.2 over UCX's TCP transport then hung in
-    /// MPI_Finalize now and then: rank 0 flushing its connections while the others waited).
+    /// Decodes, merges, symbolizes and writes the report: after MPI_Finalize, so that rank 0
+    /// does not reach it long after the other ranks (MPICH 4.0.2 over UCX's TCP transport then
+    /// hung in MPI_Finalize now and then: rank 0 flushing its connections while the others
+    /// waited for it).
     pub fn publish(self, process: &Process, config: &Config) {
-        publish(&self.0, process, config, None);
+        let ranks: Vec<RankData> = self
+            .0
+            .iter()
+            .filter_map(|bytes| serde_json::from_slice(bytes).ok())
+            .collect();
+        publish(&ranks, process, config, None);
     }
 }
 
@@ -53,12 +59,10 @@ pub fn gather(process: &Process) -> Option<Gathered> {
         return None;
     };
     let gathered = mpi::gather_bytes(comm, &mine);
+    // The ranks leave together for MPI_Finalize (see `Gathered::publish`).
+    mpi::barrier(comm);
     mpi::comm_free(comm);
-    let ranks = gathered?
-        .iter()
-        .filter_map(|bytes| serde_json::from_slice(bytes).ok())
-        .collect();
-    Some(Gathered(ranks))
+    gathered.map(Gathered)
 }
 
 /// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0.
