@@ -34,7 +34,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, Outcome) 
     if !mpi::sees_every_call() {
         return (call.native(request), Outcome::Refused);
     }
-    match persistent::reserve(call, true) {
+    match persistent::hold(call) {
         Some(reserved) => {
             // SAFETY: the application's request variable, as MPI_Isend requires.
             unsafe { set_request_at(request, 0, reserved.handle()) };

@@ -133,7 +133,7 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         PERSISTENT => match persistent::start(call) {
             Some(ours) => {
                 // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
-                unsafe { set_request_at(request, 0, ours.handle()) };
+                unsafe { set_request_at(request, 0, ours) };
                 (mpi::SUCCESS, Outcome::Changed)
             }
             None => (call.native(request), Outcome::Refused),
@@ -201,20 +201,23 @@ pub unsafe fn observe(
     // SAFETY: `requests` holds `count` handles (this function's contract).
     before.extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
     // Whose each request is must be known before the call: once MPI completes (and frees) a
-    // request, another thread's new request may get its handle before this call returns.
+    // request, another thread's new request may get its handle before this call returns. A
+    // started persistent request is surely the library's (it frees them itself, after they leave
+    // `persistent`'s table); a packed message's entry may be another thread's, completed but not
+    // yet looked at, whose handle MPI already gave to this request.
     owners.clear();
     owners.resize(count, Owner::Application);
-    if ours {
-        for (owner, &request) in owners.iter_mut().zip(&before) {
-            if persistent::is_started(request) {
-                *owner = Owner::Persistent;
-            }
-        }
-    }
     if packed {
         for (owner, ticket) in owners.iter_mut().zip(pack::tickets(&before)) {
             if let Some(ticket) = ticket {
                 *owner = Owner::Packed(ticket);
+            }
+        }
+    }
+    if ours {
+        for (owner, &request) in owners.iter_mut().zip(&before) {
+            if persistent::is_started(request) {
+                *owner = Owner::Persistent;
             }
         }
     }

@@ -137,16 +137,17 @@ pub fn tickets(requests: &[usize]) -> Vec<Option<u64>> {
 }
 
 /// The packed message `request` with `ticket` completed: unpacks a receive and releases the
-/// buffer.
+/// buffer. Under the lock: the thread that completed the message may find its entry already
+/// taken (by a thread whose own request got the handle after MPI freed it, see `halo::observe`),
+/// and must not return to the application before the unpacking is done.
 pub fn completed(request: usize, ticket: u64) {
-    let done = {
-        let mut state = state();
-        match state.active.get(&request) {
-            Some(p) if p.ticket == ticket => state.active.remove(&request),
-            _ => None,
-        }
-    };
-    if let Some(done) = done {
+    let mut state = state();
+    if state
+        .active
+        .get(&request)
+        .is_some_and(|p| p.ticket == ticket)
+        && let Some(done) = state.active.remove(&request)
+    {
         IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
         finish(done);
     }

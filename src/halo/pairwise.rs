@@ -42,7 +42,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
     let reserved = if call.peer == mpi::any_source() || !mpi::sees_every_call() {
         None
     } else {
-        persistent::reserve(call, true)
+        persistent::hold(call)
     };
     match reserved {
         Some(reserved) => {
@@ -102,11 +102,12 @@ pub unsafe fn run_steps(requests: *const MPI_Request, count: usize) -> Vec<(usiz
         while let Some(next) = rest.next_if(|r| r.partner().0 == peer) {
             step.push(next);
         }
-        let mut handles: Vec<MPI_Request> = step.iter().map(Reserved::handle).collect();
-        let at: Vec<usize> = handles.iter().map(|h| positions[&h.bits()]).collect();
-        step.into_iter().for_each(|r| {
-            persistent::begin(r);
-        });
+        let at: Vec<usize> = step.iter().map(|r| positions[&r.handle().bits()]).collect();
+        // A request MPI refused to start is inactive: it completes at once, with an empty status.
+        let mut handles: Vec<MPI_Request> = step
+            .into_iter()
+            .map(|r| persistent::begin(r).unwrap_or_else(mpi::request_null))
+            .collect();
         match finish_step(&mut handles) {
             Some(statuses) => saved.extend(at.into_iter().zip(statuses)),
             None => {

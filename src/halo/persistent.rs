@@ -6,7 +6,8 @@
 //! Requirements: counts that fit an int (no large-count persistent calls in MPI-3); a real peer
 //! (MPICH 4.0 takes a started persistent request to MPI_PROC_NULL for an inactive one, so Waitany
 //! would never complete it; such a message costs nothing anyway); a message that is not already in
-//! flight (a second post of it while the first is active goes native). A message is first seen natively; only its repetition makes a persistent request.
+//! flight (a second post of it while the first is active goes native). A message is first seen
+//! natively; only its repetition makes a persistent request.
 //! State dies with the communicator or datatype it names (`mpi::watch`), so a reused handle value
 //! never starts a request made for a freed object.
 
@@ -55,9 +56,15 @@ enum Slot {
 
 static MESSAGES: LazyLock<DashMap<Message, Slot, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static REMEMBERED: AtomicUsize = AtomicUsize::new(0);
-/// The started requests, by handle bits, with their message.
-static STARTED: LazyLock<DashMap<usize, (Message, Persistent), FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
+/// A started request of the library's.
+struct Started {
+    message: Message,
+    request: Persistent,
+    kept: bool,
+}
+
+/// The started requests, by handle bits.
+static STARTED: LazyLock<DashMap<usize, Started, FxBuildHasher>> = LazyLock::new(DashMap::default);
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 impl Message {
@@ -78,6 +85,9 @@ impl Message {
 pub struct Reserved {
     message: Message,
     request: Persistent,
+    /// Kept for the message's next post once it completes (the `persistent` codelet's requests);
+    /// else freed then (a held operation's: made fresh for one post, see `hold`).
+    kept: bool,
 }
 
 impl Reserved {
@@ -91,37 +101,49 @@ impl Reserved {
     }
 }
 
-/// Starts the persistent request for `call`'s message, made now if the message was seen before;
-/// None when the message is to be posted natively.
-pub fn start(call: &PointToPoint) -> Option<Persistent> {
-    let reserved = reserve(call, false)?;
+/// Starts the persistent request for `call`'s message, made now if the message was seen before:
+/// the handle to give the application (starting may change it), or None when the message is to be
+/// posted natively.
+pub fn start(call: &PointToPoint) -> Option<MPI_Request> {
+    let reserved = reserve(call)?;
     let request = reserved.request;
-    if begin(reserved) {
-        Some(request)
-    } else {
+    let started = begin(reserved);
+    if started.is_none() {
         request.free();
-        None
     }
+    started
 }
 
-/// The persistent request for `call`'s message, made now if the message was seen before (or if
-/// `first_post_too`), set aside for this post until `begin`.
+/// A persistent request made for one post of `call`, for an operation held back and started
+/// later (`deferred`): the application holds its handle from the post on, so starting must never
+/// change it, which only a request that never ran guarantees (`Persistent::start`). Freed once it
+/// completes. None when the message is to be posted natively.
+pub fn hold(call: &PointToPoint) -> Option<Reserved> {
+    if call.peer == mpi::proc_null() {
+        return None;
+    }
+    let request = call.persistent().ok()?;
+    Some(Reserved {
+        message: Message::of(call),
+        request,
+        kept: false,
+    })
+}
+
+/// The `persistent` codelet's request for `call`'s message, made now if the message was seen
+/// before, set aside for this post until `begin`.
 ///
 /// No MPI call runs under a map lock: freeing a request can free the last reference to a datatype
 /// or communicator, whose watch callback comes back here.
-pub fn reserve(call: &PointToPoint, first_post_too: bool) -> Option<Reserved> {
+fn reserve(call: &PointToPoint) -> Option<Reserved> {
     if call.peer == mpi::proc_null() {
         return None;
     }
     let message = Message::of(call);
     let idle = {
-        let mut slot = match MESSAGES.get_mut(&message) {
-            Some(slot) => slot,
-            None if first_post_too && remember(call, message) => MESSAGES.get_mut(&message)?,
-            None => {
-                remember(call, message);
-                return None;
-            }
+        let Some(mut slot) = MESSAGES.get_mut(&message) else {
+            remember(call, message);
+            return None;
         };
         let idle = match *slot {
             Slot::Seen => None,
@@ -132,7 +154,11 @@ pub fn reserve(call: &PointToPoint, first_post_too: bool) -> Option<Reserved> {
         idle
     };
     match idle.map_or_else(|| call.persistent(), Ok) {
-        Ok(request) => Some(Reserved { message, request }),
+        Ok(request) => Some(Reserved {
+            message,
+            request,
+            kept: true,
+        }),
         Err(_) => {
             if let Some(mut slot) = MESSAGES.get_mut(&message) {
                 *slot = Slot::Native;
@@ -142,39 +168,51 @@ pub fn reserve(call: &PointToPoint, first_post_too: bool) -> Option<Reserved> {
     }
 }
 
-/// Starts a reserved request; false when MPI refused (its message is then always native).
-pub fn begin(reserved: Reserved) -> bool {
-    let Reserved { message, request } = reserved;
+/// Starts a reserved request: the handle it has now, or None when MPI refused (a kept request's
+/// message is then always native; a held one stays an inactive handle the application can
+/// complete).
+pub fn begin(reserved: Reserved) -> Option<MPI_Request> {
+    let Reserved {
+        message,
+        mut request,
+        kept,
+    } = reserved;
     let started = request.start() == mpi::SUCCESS;
     if started {
-        STARTED.insert(request.handle().bits(), (message, request));
+        STARTED.insert(
+            request.handle().bits(),
+            Started {
+                message,
+                request,
+                kept,
+            },
+        );
         IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
     }
     // The message is gone if its datatype was freed meanwhile; `completed` then frees the request.
-    if let Some(mut slot) = MESSAGES.get_mut(&message) {
+    if kept && let Some(mut slot) = MESSAGES.get_mut(&message) {
         *slot = if started {
             Slot::Started(request)
         } else {
             Slot::Native
         };
     }
-    started
+    started.then(|| request.handle())
 }
 
-/// Notes a first post, watching the objects the message names so that its state dies with them;
-/// false when the message cannot be remembered (table full, or MPI refused the watch).
-fn remember(call: &PointToPoint, message: Message) -> bool {
+/// Notes a first post, watching the objects the message names so that its state dies with them
+/// (not when the table is full, or MPI refused the watch).
+fn remember(call: &PointToPoint, message: Message) {
     if REMEMBERED.load(Ordering::Relaxed) >= MAX_MESSAGES
         || mpi::watch(call.comm, comm_freed).is_err()
         || mpi::watch_datatype(call.datatype, datatype_freed).is_err()
     {
-        return false;
+        return;
     }
     if let Entry::Vacant(slot) = MESSAGES.entry(message) {
         slot.insert(Slot::Seen);
         REMEMBERED.fetch_add(1, Ordering::Relaxed);
     }
-    true
 }
 
 /// Whether any of the library's persistent requests is active (completion calls must look).
@@ -187,8 +225,8 @@ pub fn is_started(request: usize) -> bool {
     STARTED.contains_key(&request)
 }
 
-/// Removes `request` from the started requests, returning its message and itself.
-fn unstart(request: usize) -> Option<(Message, Persistent)> {
+/// Removes `request` from the started requests, returning what it was.
+fn unstart(request: usize) -> Option<Started> {
     let (_, started) = STARTED.remove(&request)?;
     IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     Some(started)
@@ -200,19 +238,26 @@ fn holds(slot: &Slot, request: usize) -> bool {
 }
 
 /// The library's started request `request` completed (the application's handle is to become
-/// MPI_REQUEST_NULL). It is kept for the next post, or freed if its message is gone.
+/// MPI_REQUEST_NULL). A kept request waits for its message's next post, unless the message is
+/// gone; the rest are freed.
 pub fn completed(request: usize) {
-    let Some((message, ours)) = unstart(request) else {
+    let Some(Started {
+        message,
+        request: ours,
+        kept,
+    }) = unstart(request)
+    else {
         return;
     };
-    let kept = MESSAGES.get_mut(&message).is_some_and(|mut slot| {
-        let current = holds(&slot, request);
-        if current {
-            *slot = Slot::Idle(ours);
-        }
-        current
-    });
-    if !kept {
+    let idle = kept
+        && MESSAGES.get_mut(&message).is_some_and(|mut slot| {
+            let current = holds(&slot, request);
+            if current {
+                *slot = Slot::Idle(ours);
+            }
+            current
+        });
+    if !idle {
         ours.free();
     }
 }
@@ -220,7 +265,8 @@ pub fn completed(request: usize) {
 /// The application is freeing `request` with MPI_Request_free: if it is ours, MPI frees it when it
 /// completes, and the library must never start it again.
 pub fn freed_by_application(request: usize) {
-    if let Some((message, _)) = unstart(request)
+    if let Some(Started { message, kept, .. }) = unstart(request)
+        && kept
         && MESSAGES
             .remove_if(&message, |_, slot| holds(slot, request))
             .is_some()

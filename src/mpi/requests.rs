@@ -41,8 +41,11 @@ impl Persistent {
         self.0
     }
 
-    pub fn start(mut self) -> c_int {
-        // SAFETY: an inactive persistent request of ours; MPI_Start leaves the handle unchanged.
+    /// Starts it. MPI may give it a new handle: Open MPI's MPI_Start makes a new request when the
+    /// previous run is not finished inside the library (the old one is freed when it is), so only
+    /// the handle this leaves is valid afterwards. A request that never ran keeps its handle.
+    pub fn start(&mut self) -> c_int {
+        // SAFETY: an inactive persistent request of ours; MPI writes back its (new) handle.
         unsafe { ffi::PMPI_Start(&mut self.0) }
     }
 
