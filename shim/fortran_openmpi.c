@@ -61,6 +61,15 @@ FORTRAN_ALIASES(init_thread, INIT_THREAD)
 void ompi_finalize_f(MPI_Fint *ierr) { set_ierr(ierr, commtune_finalize()); }
 FORTRAN_ALIASES(finalize, FINALIZE)
 
+void ompi_op_free_f(MPI_Fint *op, MPI_Fint *ierr)
+{
+    MPI_Op c_op = PMPI_Op_f2c(*op);
+    int rc = commtune_op_free(&c_op);
+    if (rc == MPI_SUCCESS) *op = PMPI_Op_c2f(c_op);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(op_free, OP_FREE)
+
 void ompi_allreduce_f(char *sendbuf, char *recvbuf, MPI_Fint *count, MPI_Fint *datatype,
                       MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
 {

@@ -19,6 +19,8 @@ pub struct Process {
     pub rank: u32,
     pub size: u32,
     pub start_ns: u64,
+    /// The process that initialised MPI: a child it forks runs the same exit handlers.
+    pub pid: u32,
     /// The MPI library's version string (first line).
     pub mpi: String,
 }
@@ -29,9 +31,7 @@ pub fn load() {
     if let Err(message) = mpi::check_loaded_mpi() {
         refuse(&message);
     }
-    let vars = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    let (config, problems) = config::parse(vars);
+    let (config, problems) = config::parse(std::env::vars_os());
     ENABLED.store(config.mode != Mode::Off, Ordering::Relaxed);
     let _ = CONFIG.set(config);
     let _ = PROBLEMS.set(problems);
@@ -83,6 +83,7 @@ pub fn started() -> Option<&'static Process> {
             rank: mpi::comm_rank(world) as u32,
             size: mpi::comm_size(world) as u32,
             start_ns: mpi::now_ns(),
+            pid: std::process::id(),
             mpi: mpi::library_version(),
         };
         if process.rank == 0 {
@@ -103,22 +104,37 @@ pub fn started() -> Option<&'static Process> {
     }))
 }
 
+/// MPI_Init or MPI_Init_thread succeeded: every rank is inside it, so the private duplicate of
+/// MPI_COMM_WORLD the at-exit fallback needs is made now (collective).
+pub fn initialized() {
+    if started().is_some() {
+        let _ = mpi::private_comm(mpi::comm_world());
+    }
+}
+
+/// This process, if it is the one that initialised MPI and has not reported yet (then it will
+/// have reported once this returns).
+fn to_report() -> Option<&'static Process> {
+    let process = PROCESS.get()?;
+    let ours = enabled() && process.pid == std::process::id();
+    (ours && !REPORTED.swap(true, Ordering::AcqRel)).then_some(process)
+}
+
 /// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away.
 pub fn finalizing() {
-    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    if let Some(process) = process() {
+    if enabled()
+        && process().is_some()
+        && let Some(process) = to_report()
+    {
         report::gather_and_write(process, config());
     }
 }
 
-/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself.
+/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself. A child
+/// the process forked runs this too when it exits, and must not write (it would replace the
+/// report of every rank with its parent's data).
 extern "C" fn at_exit() {
-    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    if let Some(process) = PROCESS.get() {
-        report::write_local(process, config());
+    if let Some(process) = to_report() {
+        report::write_at_exit(process, config());
     }
 }

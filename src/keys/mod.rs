@@ -10,7 +10,7 @@ mod table;
 pub use table::Table;
 
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use commtune_report::{KeyData, Op, SiteData, TuningData};
@@ -19,7 +19,9 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::config::Mode;
+use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Op};
 use crate::site::{self, Caller, SiteRef};
+use crate::tuner::{KeyTuner, LeakedCell};
 use crate::{codelets, runtime, tuner};
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
@@ -57,7 +59,8 @@ impl Hash for CallKey {
     }
 }
 
-/// What the report says about a key, computed once when the key is first seen.
+/// What the report says about a key, computed when the key is first seen (and again when a
+/// handle it was described with is freed, see `Key`).
 pub struct Description {
     /// Identifies the key across ranks together with the site (see `KeyData::merge_key`).
     pub merge_key: String,
@@ -69,27 +72,158 @@ pub struct Description {
     pub agree: String,
     pub signature: String,
     pub bytes_per_call: u64,
-    /// False for the key that gathers a site's signatures beyond `MAX_SIGNATURES`.
-    pub tunable: bool,
+    /// The handles of the call whose meaning the description (above all `agree`) reads: when
+    /// the application frees one, MPI may give its handle value to an object of another size or
+    /// kind, so the key is described again at its next call.
+    pub handles: Vec<Handle>,
 }
 
-/// Distinct signatures one site keeps apart (each costs about 20 KiB); later ones share one
-/// untuned key, so that memory stays bounded when a call's counts change every time (as in
-/// particle codes). Signatures are the same on every rank, so every rank folds the same ones.
+/// A handle the application may free, by its bits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Handle {
+    Comm(usize),
+    Datatype(usize),
+    Op(usize),
+}
+
+/// The handles among a call's communicator, datatypes and reduction operation that the
+/// application can free (predefined ones never are; listing them would only grow their lists).
+pub fn freeable(comm: MPI_Comm, datatypes: &[MPI_Datatype], op: Option<MPI_Op>) -> Vec<Handle> {
+    let mut handles = Vec::new();
+    if comm.bits() != mpi::comm_world().bits() && comm.bits() != mpi::comm_self().bits() {
+        handles.push(Handle::Comm(comm.bits()));
+    }
+    for &datatype in datatypes {
+        let handle = Handle::Datatype(datatype.bits());
+        if !mpi::is_predefined(datatype) && !handles.contains(&handle) {
+            handles.push(handle);
+        }
+    }
+    if let Some(op) = op.filter(|&op| mpi::op_name(op) == "user") {
+        handles.push(Handle::Op(op.bits()));
+    }
+    handles
+}
+
+/// Distinct signatures one site keeps apart in the report (each costs about 20 KiB); later ones
+/// share one entry, so that memory stays bounded when a call's counts change every time (as in
+/// particle codes). Only the report folds them: each call is still tuned by its own agreed
+/// identity (see `Key`), so ranks that fold different calls (datatypes, and with them
+/// signatures, may differ between ranks) still run the same codelets.
 const MAX_SIGNATURES: usize = 1024;
-/// Local variants of one signature (handles, displacements: what may differ between ranks) that
-/// get their own entry; later ones share the first.
+/// Local variants of one signature and agreed identity (handles, displacements: what may differ
+/// between ranks) that get their own entry; later ones share the first (the report only).
 const MAX_VARIANTS: usize = 8;
 
-/// The entries of one site and operation, by signature.
+/// The entries of one site and operation, by signature and agreed identity.
 #[derive(Default)]
 struct SiteKeys {
-    signatures: Vec<(String, &'static Entry, usize)>,
+    signatures: Vec<(String, u64, &'static Entry, usize)>,
     other: Option<&'static Entry>,
 }
 
 static SITES: LazyLock<DashMap<(SiteRef, Op), SiteKeys, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
+
+/// Every entry, for the report.
+static ENTRIES: Mutex<Vec<&'static Entry>> = Mutex::new(Vec::new());
+
+/// One raw call identity (`CallKey`): the entry its calls are measured in, and the agreed
+/// identity and tuner they run under. Keys whose handles are freed are marked stale and
+/// described again at their next call, so a handle value MPI hands out again for another object
+/// never finds the old object's identity (its bytes, its operation's commutativity).
+pub struct Key {
+    call: CallKey,
+    stale: AtomicBool,
+    entry: LeakedCell<Entry>,
+    /// The agreed identity: `(op, Description::agree)` hashed; what checkpoints compare, and the
+    /// tuner of the key on its communicator.
+    agree_hash: AtomicU64,
+    pub tuner: tuner::TunerLink,
+}
+
+impl Key {
+    #[inline]
+    pub fn entry(&self) -> &'static Entry {
+        self.entry
+            .get()
+            .expect("a key has an entry from its creation on")
+    }
+
+    #[inline]
+    pub fn agree_hash(&self) -> u64 {
+        self.agree_hash.load(Ordering::Relaxed)
+    }
+
+    /// Describes the key again after one of its handles was freed; a changed description moves
+    /// it to its new entry and agreed identity (and its tuner link forgets the old one).
+    #[cold]
+    fn refresh(&'static self, describe: impl FnOnce(SiteRef) -> Description) {
+        // Cleared before describing: a handle freed meanwhile marks the key again.
+        self.stale.store(false, Ordering::Release);
+        let mut description = describe(self.call.caller);
+        let handles = std::mem::take(&mut description.handles);
+        let agree_hash = agree_hash(self.call.op, &description.agree);
+        if self.entry().description.merge_key != description.merge_key
+            || agree_hash != self.agree_hash()
+        {
+            self.entry
+                .set(site_entry(self.call, description, agree_hash));
+            self.agree_hash.store(agree_hash, Ordering::Relaxed);
+            self.tuner.current.clear();
+        }
+        depend(self, &handles, true);
+    }
+}
+
+fn agree_hash(op: Op, agree: &str) -> u64 {
+    FxBuildHasher.hash_one((op, agree))
+}
+
+/// Keys to mark stale when a handle is freed.
+static DEPENDENTS: LazyLock<DashMap<Handle, Vec<&'static Key>, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// Remembers that `key` was described with `handles`, and watches them; `again`: the key may
+/// already be listed (it is described again).
+fn depend(key: &'static Key, handles: &[Handle], again: bool) {
+    for &handle in handles {
+        let first = {
+            let mut keys = DEPENDENTS.entry(handle).or_default();
+            if !(again && keys.iter().any(|k| std::ptr::eq(*k, key))) {
+                keys.push(key);
+            }
+            keys.len() == 1
+        };
+        // Outside the map's lock: setting an attribute is an MPI call. Ops have no attributes:
+        // the shim reports MPI_Op_free (`commtune_op_free`).
+        if first {
+            let _ = match handle {
+                Handle::Comm(bits) => mpi::watch(MPI_Comm::from_bits(bits), freed_comm),
+                Handle::Datatype(bits) => {
+                    mpi::watch_datatype(MPI_Datatype::from_bits(bits), freed_datatype)
+                }
+                Handle::Op(_) => Ok(()),
+            };
+        }
+    }
+}
+
+/// `handle` was freed: its keys are described again at their next call.
+pub fn freed(handle: Handle) {
+    if let Some((_, keys)) = DEPENDENTS.remove(&handle) {
+        keys.iter()
+            .for_each(|k| k.stale.store(true, Ordering::Release));
+    }
+}
+
+fn freed_comm(bits: usize) {
+    freed(Handle::Comm(bits));
+}
+
+fn freed_datatype(bits: usize) {
+    freed(Handle::Datatype(bits));
+}
 
 pub struct Entry {
     pub op: Op,
@@ -98,7 +232,11 @@ pub struct Entry {
     /// Identifies the key across ranks (operation, `Description::agree`): what checkpoints
     /// compare. Keys of several sites may share it, and with it their tuner.
     pub agree_hash: u64,
-    pub tuner: tuner::TunerLink,
+    /// The entry of a site's signatures beyond `MAX_SIGNATURES`: its calls have many agreed
+    /// identities, so it shows no tuning of its own.
+    folded: bool,
+    /// The tuner of the entry's latest call, for the report (set off the settled path).
+    pub reported: LeakedCell<KeyTuner>,
     /// Calls per codelet (registry index), counted without a lock.
     calls: [AtomicU64; MAX_CODELETS],
     stats: Mutex<Stats>,
@@ -172,6 +310,13 @@ impl Entry {
         self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
+    /// The report shows `tuner`'s tuning for this entry (a folded entry shows none).
+    pub fn report_tuner(&self, tuner: &'static KeyTuner) {
+        if !self.folded {
+            self.reported.set(tuner);
+        }
+    }
+
     /// Adds a remark for the report (once per distinct text).
     pub fn note(&self, text: String) {
         let Ok(mut s) = self.stats.lock() else { return };
@@ -182,12 +327,12 @@ impl Entry {
 
     fn tuning(&self, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
         let config = runtime::config();
-        if config.mode != Mode::Tune || config.forced(self.op).is_some() {
+        if config.mode != Mode::Tune || config.forced(self.op).is_some() || self.folded {
             return None;
         }
         match self.op {
             Op::Halo => Some(crate::halo::tuning_report(self, ns_per_tick)),
-            _ => Some(self.tuner.current.get()?.report(names, ns_per_tick)),
+            _ => Some(self.reported.get()?.report(names, ns_per_tick)),
         }
     }
 
@@ -244,7 +389,7 @@ impl Entry {
 
 #[derive(Clone, Copy)]
 enum Slot {
-    Key(&'static Entry),
+    Key(&'static Key),
     /// The immediate caller is a binding library: the site is found deeper in the stack.
     Binding,
 }
@@ -253,8 +398,8 @@ enum Slot {
 /// are still measured, through the registry.
 static CACHE: LazyLock<Table<CallKey, Slot>> = LazyLock::new(|| Table::new(1 << 13));
 
-/// Every entry, authoritative: the report and cache misses read it.
-static REGISTRY: LazyLock<DashMap<CallKey, &'static Entry, FxBuildHasher>> =
+/// Every key, authoritative: cache misses read it.
+static REGISTRY: LazyLock<DashMap<CallKey, &'static Key, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 #[inline]
@@ -266,64 +411,94 @@ fn remember(key: CallKey, slot: Slot) {
     CACHE.insert(key, slot);
 }
 
-/// The entry of the call identified by `key` (whose `caller` is the immediate return address).
-/// `describe` runs once per key in the process, with the resolved site.
+/// The key of the call identified by `key` (whose `caller` is the immediate return address).
+/// `describe` runs once per key in the process, with the resolved site, and again after a
+/// handle the key was described with is freed.
 #[inline]
-pub fn entry(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+pub fn entry(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
     match cached(&key) {
-        Some(Slot::Key(entry)) => entry,
-        Some(Slot::Binding) => application_entry(key, describe),
+        Some(Slot::Key(k)) => fresh(k, describe),
+        Some(Slot::Binding) => application_key(key, describe),
         None => match site::classify(key.caller) {
             Caller::Application => {
-                let entry = registered(key, describe);
-                remember(key, Slot::Key(entry));
-                entry
+                let k = registered(key, describe);
+                remember(key, Slot::Key(k));
+                k
             }
             Caller::Binding => {
                 remember(key, Slot::Binding);
-                application_entry(key, describe)
+                application_key(key, describe)
             }
         },
     }
 }
 
+/// `k`, described again first if one of its handles was freed since it was last described.
+#[inline]
+fn fresh(k: &'static Key, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
+    if k.stale.load(Ordering::Acquire) {
+        k.refresh(describe);
+    }
+    k
+}
+
 /// A call made through a binding library: walk to the application's frame, then look up again.
-fn application_entry(
-    key: CallKey,
-    describe: impl FnOnce(SiteRef) -> Description,
-) -> &'static Entry {
+fn application_key(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
     let key = CallKey {
         caller: site::application_site(key.caller),
         ..key
     };
-    if let Some(Slot::Key(entry)) = cached(&key) {
-        return entry;
+    if let Some(Slot::Key(k)) = cached(&key) {
+        return fresh(k, describe);
     }
-    let entry = registered(key, describe);
-    remember(key, Slot::Key(entry));
-    entry
+    let k = registered(key, describe);
+    remember(key, Slot::Key(k));
+    k
 }
 
-fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
-    if let Some(entry) = REGISTRY.get(&key) {
-        return *entry;
+fn registered(call: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
+    if let Some(k) = REGISTRY.get(&call).map(|k| *k) {
+        return fresh(k, describe);
     }
-    let description = describe(key.caller);
-    let mut site = SITES.entry((key.caller, key.op)).or_default();
+    let mut description = describe(call.caller);
+    let handles = std::mem::take(&mut description.handles);
+    let agree_hash = agree_hash(call.op, &description.agree);
+    let mut fresh = false;
+    let k = *REGISTRY.entry(call).or_insert_with(|| {
+        fresh = true;
+        Box::leak(Box::new(Key {
+            call,
+            stale: AtomicBool::new(false),
+            entry: LeakedCell::new(site_entry(call, description, agree_hash)),
+            agree_hash: AtomicU64::new(agree_hash),
+            tuner: tuner::TunerLink::default(),
+        }))
+    });
+    if fresh {
+        depend(k, &handles, false);
+    }
+    k
+}
+
+/// The entry of a call with `description` at `call`'s site: its own, or the first of its
+/// signature and agreed identity past `MAX_VARIANTS`, or the site's folded entry past
+/// `MAX_SIGNATURES`.
+fn site_entry(call: CallKey, description: Description, agree_hash: u64) -> &'static Entry {
+    let mut site = SITES.entry((call.caller, call.op)).or_default();
     let SiteKeys { signatures, other } = &mut *site;
     let full = signatures.len() >= MAX_SIGNATURES;
-    let entry = match signatures
+    match signatures
         .iter_mut()
-        .find(|(merge_key, _, _)| *merge_key == description.merge_key)
+        .find(|(merge_key, hash, _, _)| *merge_key == description.merge_key && *hash == agree_hash)
     {
-        Some((_, first, variants)) if *variants >= MAX_VARIANTS => *first,
-        Some((_, _, variants)) => {
+        Some((_, _, first, variants)) if *variants >= MAX_VARIANTS => first,
+        Some((_, _, _, variants)) => {
             *variants += 1;
-            new_entry(key, description)
+            new_entry(call, description, false)
         }
-        None if full => *other.get_or_insert_with(|| {
+        None if full => other.get_or_insert_with(|| {
             new_entry(
-                key,
+                call,
                 Description {
                     merge_key: "other signatures".into(),
                     agree: "other signatures".into(),
@@ -331,22 +506,21 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
                         "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
                     ),
                     bytes_per_call: 0,
-                    tunable: false,
+                    handles: Vec::new(),
                 },
+                true,
             )
         }),
         None => {
             let merge_key = description.merge_key.clone();
-            let entry = new_entry(key, description);
-            signatures.push((merge_key, entry, 1));
+            let entry = new_entry(call, description, false);
+            signatures.push((merge_key, agree_hash, entry, 1));
             entry
         }
-    };
-    drop(site);
-    *REGISTRY.entry(key).or_insert(entry)
+    }
 }
 
-fn new_entry(key: CallKey, description: Description) -> &'static Entry {
+fn new_entry(key: CallKey, description: Description, folded: bool) -> &'static Entry {
     let site = site::describe(key.caller);
     if runtime::config().verbose >= 2 {
         eprintln!(
@@ -358,13 +532,13 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             description.signature
         );
     }
-    let agree_hash = FxBuildHasher.hash_one((key.op, &description.agree));
-    Box::leak(Box::new(Entry {
+    let entry: &'static Entry = Box::leak(Box::new(Entry {
         op: key.op,
         site,
+        agree_hash: agree_hash(key.op, &description.agree),
         description,
-        agree_hash,
-        tuner: tuner::TunerLink::default(),
+        folded,
+        reported: LeakedCell::default(),
         calls: Default::default(),
         stats: Mutex::new(Stats {
             min: u64::MAX,
@@ -377,15 +551,20 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             period_ticks: 0,
             periods: 0,
         }),
-    }))
+    }));
+    if folded {
+        entry.note(format!(
+            "signatures beyond the first {MAX_SIGNATURES} of this site are reported together; \
+             each call is still tuned with the calls that match it on every rank"
+        ));
+    }
+    tuner::lock(&ENTRIES).push(entry);
+    entry
 }
 
 /// Every key seen by this process, for the report.
 pub fn all(ns_per_tick: f64) -> Vec<KeyData> {
-    // Several raw keys may share one entry (see `MAX_VARIANTS`): each entry once.
-    let mut entries: Vec<&'static Entry> = REGISTRY.iter().map(|e| *e.value()).collect();
-    entries.sort_by_key(|e| *e as *const Entry as usize);
-    entries.dedup_by(|a, b| std::ptr::eq(*a, *b));
+    let entries = tuner::lock(&ENTRIES).clone();
     entries
         .iter()
         .map(|e| e.data(ns_per_tick))
