@@ -229,7 +229,7 @@ impl Tracker {
             words: [signature.finish(), self.ops.len() as u64, 0, 0, 0],
         };
         let ops = &self.ops;
-        let entry = keys::entry(key, |site| describe(site, ops)).entry();
+        let (_, entry) = keys::find(key, |site| describe(site, ops));
         let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
         neighbor::closed(entry, expected, ops.iter().map(Posted::expected));
         if entry.calls() == 0 {

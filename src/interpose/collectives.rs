@@ -62,7 +62,7 @@ pub extern "C" fn commtune_allreduce(
             u64::from(in_place),
         ],
     };
-    let key = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let size = mpi::comm_size(comm);
         let in_place = if in_place { " in_place" } else { "" };
         let signature = format!(
@@ -83,7 +83,7 @@ pub extern "C" fn commtune_allreduce(
             handles: keys::freeable(comm, &[datatype], Some(op)),
         }
     });
-    dispatch(&call, key)
+    dispatch(&call, key, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -127,7 +127,7 @@ pub extern "C" fn commtune_alltoall(
             recvtype.bits() as u64,
         ],
     };
-    let key = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let size = mpi::group_size(comm);
         let send = if in_place {
             "in_place".to_string()
@@ -153,7 +153,7 @@ pub extern "C" fn commtune_alltoall(
             handles: keys::freeable(comm, &[sendtype, recvtype], None),
         }
     });
-    dispatch(&call, key)
+    dispatch(&call, key, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -215,7 +215,7 @@ pub extern "C" fn commtune_allgatherv(
             layout.finish(),
         ],
     };
-    let key = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let counts: Vec<i64> = (0..size).map(|i| call.recvcounts.get(i)).collect();
         let merge_key = format!(
             "recvcounts={} recvtype={} comm_size={size}",
@@ -246,7 +246,7 @@ pub extern "C" fn commtune_allgatherv(
             handles: keys::freeable(comm, &[sendtype, recvtype], None),
         }
     });
-    dispatch(&call, key)
+    dispatch(&call, key, entry)
 }
 
 /// Counts in full for small communicators, else their sum and range.

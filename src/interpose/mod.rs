@@ -14,16 +14,15 @@ use crate::keys::{Entry, Key};
 use crate::{clock, halo, runtime, tuner};
 
 /// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
-/// forced or native codelet, measured on `key`'s entry.
+/// forced or native codelet, measured on `key`'s entry `entry`.
 #[inline]
-fn dispatch<C: Operation>(call: &C, key: &'static Key) -> c_int {
+fn dispatch<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
     // Every rank of the communicator is inside this call: halo episodes may be agreed on.
     halo::agree_at_collective(call.comm());
     let config = runtime::config();
     if config.mode == Mode::Tune && config.forced(C::OP).is_none() {
-        return tuner::run(call, key);
+        return tuner::run(call, key, entry);
     }
-    let entry = key.entry();
     let index = forced_or_native(call, entry);
     let start = clock::now();
     if !config.delays.is_empty()

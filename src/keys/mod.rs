@@ -1,8 +1,10 @@
 //! Keys (call site × operation × signature) and what is measured for each.
 //!
 //! The hot path is one lookup in a lock-free table from the call's raw identity (return address,
-//! handles, counts) to the key's entry. A miss consults the process-wide registry, and the first
-//! time anywhere, describes the key for the report. Entries live until the process ends (the
+//! handles, counts) to its `Key`, and one pointer read to the key's entry. A miss consults the
+//! process-wide registry, and the first time anywhere, describes the key. Handle values are
+//! reused by MPI once the application frees their object, so a key is described again when one
+//! of the handles its description read is freed (`freed`). Entries live until the process ends (the
 //! report reads them at MPI_Finalize), so they are leaked and handed out as `&'static`.
 
 mod table;
@@ -134,8 +136,14 @@ static ENTRIES: Mutex<Vec<&'static Entry>> = Mutex::new(Vec::new());
 /// never finds the old object's identity (its bytes, its operation's commutativity).
 pub struct Key {
     call: CallKey,
+    /// The entry of the latest description; null while the key is stale, so that the hot path
+    /// reads one pointer for both.
+    current: LeakedCell<Entry>,
+    /// The entry of the latest description, stale or not.
+    described: LeakedCell<Entry>,
+    /// Set with `current` cleared when a handle is freed; a description that began before the
+    /// mark is not trusted.
     stale: AtomicBool,
-    entry: LeakedCell<Entry>,
     /// The agreed identity: `(op, Description::agree)` hashed; what checkpoints compare, and the
     /// tuner of the key on its communicator.
     agree_hash: AtomicU64,
@@ -144,35 +152,46 @@ pub struct Key {
 
 impl Key {
     #[inline]
-    pub fn entry(&self) -> &'static Entry {
-        self.entry
-            .get()
-            .expect("a key has an entry from its creation on")
-    }
-
-    #[inline]
     pub fn agree_hash(&self) -> u64 {
         self.agree_hash.load(Ordering::Relaxed)
+    }
+
+    /// The key's entry, described again first if one of its handles was freed since.
+    #[inline]
+    fn entry(&'static self, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+        match self.current.get() {
+            Some(entry) => entry,
+            None => self.refresh(describe),
+        }
     }
 
     /// Describes the key again after one of its handles was freed; a changed description moves
     /// it to its new entry and agreed identity (and its tuner link forgets the old one).
     #[cold]
-    fn refresh(&'static self, describe: impl FnOnce(SiteRef) -> Description) {
-        // Cleared before describing: a handle freed meanwhile marks the key again.
-        self.stale.store(false, Ordering::Release);
+    fn refresh(&'static self, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+        self.stale.store(false, Ordering::SeqCst);
         let mut description = describe(self.call.caller);
         let handles = std::mem::take(&mut description.handles);
         let agree_hash = agree_hash(self.call.op, &description.agree);
-        if self.entry().description.merge_key != description.merge_key
-            || agree_hash != self.agree_hash()
-        {
-            self.entry
-                .set(site_entry(self.call, description, agree_hash));
+        let mut entry = self.described.get().expect("set when the key is made");
+        if entry.description.merge_key != description.merge_key || agree_hash != self.agree_hash() {
+            entry = site_entry(self.call, description, agree_hash);
+            self.described.set(entry);
             self.agree_hash.store(agree_hash, Ordering::Relaxed);
             self.tuner.current.clear();
         }
         depend(self, &handles, true);
+        self.current.set(entry);
+        // A handle freed while describing: describe again at the next call.
+        if self.stale.load(Ordering::SeqCst) {
+            self.current.clear();
+        }
+        entry
+    }
+
+    fn mark_stale(&self) {
+        self.stale.store(true, Ordering::SeqCst);
+        self.current.clear();
     }
 }
 
@@ -212,8 +231,7 @@ fn depend(key: &'static Key, handles: &[Handle], again: bool) {
 /// `handle` was freed: its keys are described again at their next call.
 pub fn freed(handle: Handle) {
     if let Some((_, keys)) = DEPENDENTS.remove(&handle) {
-        keys.iter()
-            .for_each(|k| k.stale.store(true, Ordering::Release));
+        keys.iter().for_each(|k| k.mark_stale());
     }
 }
 
@@ -411,19 +429,22 @@ fn remember(key: CallKey, slot: Slot) {
     CACHE.insert(key, slot);
 }
 
-/// The key of the call identified by `key` (whose `caller` is the immediate return address).
-/// `describe` runs once per key in the process, with the resolved site, and again after a
-/// handle the key was described with is freed.
+/// The key of the call identified by `key` (whose `caller` is the immediate return address),
+/// and its entry. `describe` runs once per key in the process, with the resolved site, and
+/// again after a handle the key was described with is freed.
 #[inline]
-pub fn entry(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
+pub fn find(
+    key: CallKey,
+    describe: impl FnOnce(SiteRef) -> Description,
+) -> (&'static Key, &'static Entry) {
     match cached(&key) {
-        Some(Slot::Key(k)) => fresh(k, describe),
+        Some(Slot::Key(k)) => (k, k.entry(describe)),
         Some(Slot::Binding) => application_key(key, describe),
         None => match site::classify(key.caller) {
             Caller::Application => {
-                let k = registered(key, describe);
-                remember(key, Slot::Key(k));
-                k
+                let found = registered(key, describe);
+                remember(key, Slot::Key(found.0));
+                found
             }
             Caller::Binding => {
                 remember(key, Slot::Binding);
@@ -433,51 +454,54 @@ pub fn entry(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'s
     }
 }
 
-/// `k`, described again first if one of its handles was freed since it was last described.
-#[inline]
-fn fresh(k: &'static Key, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
-    if k.stale.load(Ordering::Acquire) {
-        k.refresh(describe);
-    }
-    k
-}
-
 /// A call made through a binding library: walk to the application's frame, then look up again.
-fn application_key(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
+fn application_key(
+    key: CallKey,
+    describe: impl FnOnce(SiteRef) -> Description,
+) -> (&'static Key, &'static Entry) {
     let key = CallKey {
         caller: site::application_site(key.caller),
         ..key
     };
     if let Some(Slot::Key(k)) = cached(&key) {
-        return fresh(k, describe);
+        return (k, k.entry(describe));
     }
-    let k = registered(key, describe);
-    remember(key, Slot::Key(k));
-    k
+    let found = registered(key, describe);
+    remember(key, Slot::Key(found.0));
+    found
 }
 
-fn registered(call: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Key {
+fn registered(
+    call: CallKey,
+    describe: impl FnOnce(SiteRef) -> Description,
+) -> (&'static Key, &'static Entry) {
     if let Some(k) = REGISTRY.get(&call).map(|k| *k) {
-        return fresh(k, describe);
+        return (k, k.entry(describe));
     }
     let mut description = describe(call.caller);
     let handles = std::mem::take(&mut description.handles);
     let agree_hash = agree_hash(call.op, &description.agree);
-    let mut fresh = false;
+    let mut made = None;
     let k = *REGISTRY.entry(call).or_insert_with(|| {
-        fresh = true;
+        let entry = site_entry(call, description, agree_hash);
+        made = Some(entry);
         Box::leak(Box::new(Key {
             call,
+            current: LeakedCell::new(entry),
+            described: LeakedCell::new(entry),
             stale: AtomicBool::new(false),
-            entry: LeakedCell::new(site_entry(call, description, agree_hash)),
             agree_hash: AtomicU64::new(agree_hash),
             tuner: tuner::TunerLink::default(),
         }))
     });
-    if fresh {
-        depend(k, &handles, false);
+    match made {
+        Some(entry) => {
+            depend(k, &handles, false);
+            (k, entry)
+        }
+        // Another thread made it meanwhile (a stale mark since is seen at the next call).
+        None => (k, k.described.get().expect("set when the key is made")),
     }
-    k
 }
 
 /// The entry of a call with `description` at `call`'s site: its own, or the first of its

@@ -156,10 +156,9 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
     }
 }
 
-/// Runs one call of a key (its raw identity includes the communicator, so the key's link to
-/// its communicator's slot never changes).
-pub fn run<C: Operation>(call: &C, key: &'static Key) -> c_int {
-    let entry = key.entry();
+/// Runs one call of a key whose entry is `entry` (its raw identity includes the communicator, so
+/// the key's link to its communicator's slot never changes).
+pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
     let slot = *key.tuner.comm.get_or_init(|| comm_slot(call.comm()));
     let epoch = slot.epoch.load(Ordering::Relaxed);
     let tuner = match key.tuner.current.get() {
