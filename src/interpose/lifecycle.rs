@@ -41,7 +41,7 @@ pub extern "C" fn commtune_finalize() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_op_free(op: *mut MPI_Op) -> c_int {
     halo::post_deferred();
-    // SAFETY: the application's handle argument; MPI itself reports a null pointer.
+    // SAFETY: MPI requires a pointer to a valid handle; a null one is left to MPI to report.
     if runtime::enabled()
         && let Some(op) = unsafe { op.as_ref() }
     {

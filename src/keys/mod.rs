@@ -2,9 +2,9 @@
 //!
 //! The hot path is one lookup in a lock-free table from the call's raw identity (return address,
 //! handles, counts) to its `Key`, and one pointer read to the key's entry. A miss consults the
-//! process-wide registry, and the first time anywhere, describes the key. Handle values are
-//! reused by MPI once the application frees their object, so a key is described again when one
-//! of the handles its description read is freed (`freed`). Entries live until the process ends (the
+//! process-wide registry, and the first time anywhere, describes the key. MPI reuses handle
+//! values once the application frees their object, so a key is described again when one of the
+//! handles its description read is freed (`freed`). Entries live until the process ends (the
 //! report reads them at MPI_Finalize), so they are leaked and handed out as `&'static`.
 
 mod table;
