@@ -11,10 +11,13 @@ use common::{Flavour, Job, Mpich, OpenMpi, compile, marker_line, run, scratch, s
 /// Runs `program` with `args` under tuning with `env`, once per setting of
 /// COMMTUNE_HALO_NEIGHBOR, and checks the program's own verdict "<name>: results correct".
 fn tuned(flavour: Flavour, np: usize, program: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
-    let name = program.trim_end_matches(".c");
+    let (name, language) = program.split_once('.').expect("a source file");
     let mut last = None;
     for neighbor in ["off", "on"] {
-        let dir = scratch(&format!("never_break_{name}_{neighbor}_{}", flavour.name()));
+        let dir = scratch(&format!(
+            "never_break_{name}_{language}_{neighbor}_{}",
+            flavour.name()
+        ));
         let exe = compile(flavour, program, &dir);
         let mut job = run(flavour, np, &exe, &dir)
             .args(args)
@@ -146,13 +149,15 @@ fn one_rank_alone_past_the_signature_limit_mpich() {
 }
 
 /// The commutative operation's site settles on ring; the non-commutative one that gets its
-/// handle must not run it. Forced ring must fall back to native for it, call by call.
-fn op_reuse(flavour: Flavour, np: usize) {
+/// handle must not run it (`program`: C, or Fortran, whose MPI_OP_FREE Open MPI's bindings do
+/// not route through the C entry point). Forced ring must fall back to native for it, call by
+/// call.
+fn op_reuse(flavour: Flavour, np: usize, program: &str) {
     let delays = all_but("allreduce", ALLREDUCE, "ring");
     let job = tuned(
         flavour,
         np,
-        "op_reuse.c",
+        program,
         &[],
         &[("COMMTUNE_INJECT_DELAY", &delays)],
     );
@@ -162,7 +167,7 @@ fn op_reuse(flavour: Flavour, np: usize) {
         job.stdout()
     );
     let dir = scratch(&format!("never_break_op_reuse_forced_{}", flavour.name()));
-    let exe = compile(flavour, "op_reuse.c", &dir);
+    let exe = compile(flavour, program, &dir);
     let job = run(flavour, np, &exe, &dir)
         .env("COMMTUNE_FORCE", "allreduce=ring")
         .go();
@@ -173,19 +178,21 @@ fn op_reuse(flavour: Flavour, np: usize) {
         job.stdout()
     );
     let report = job.report();
-    let site = site_at_line(&report, marker_line("op_reuse.c", "SITE:allreduce"));
+    let site = site_at_line(&report, marker_line(program, "SITE:allreduce"));
     assert!(site["codelets"]["ring"].as_u64().unwrap() > 0, "{site:#}");
     assert!(site["codelets"]["native"].as_u64().unwrap() > 0, "{site:#}");
 }
 
 #[test]
 fn user_op_handle_reused_for_a_non_commutative_op_openmpi() {
-    op_reuse(OpenMpi, 3);
+    op_reuse(OpenMpi, 3, "op_reuse.c");
+    op_reuse(OpenMpi, 3, "op_reuse.F90");
 }
 
 #[test]
 fn user_op_handle_reused_for_a_non_commutative_op_mpich() {
-    op_reuse(Mpich, 2);
+    op_reuse(Mpich, 2, "op_reuse.c");
+    op_reuse(Mpich, 2, "op_reuse.F90");
 }
 
 /// (rank, native error class, tool error class) per rank of codelet_error.c.
