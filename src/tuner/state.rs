@@ -89,7 +89,7 @@ pub struct CommTuning {
 /// same order (the standard makes them equal at every instance), so every rank passes this
 /// bound at the same call; and an identity beyond it never proposes itself at a checkpoint, so
 /// even a rank that passed it alone (an erroneous program) could not make its peers search.
-pub const MAX_KEYS: usize = 1024;
+const MAX_KEYS: usize = 1024;
 
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
