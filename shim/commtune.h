@@ -34,6 +34,10 @@ int commtune_allgatherv(void *ra, int large, const void *sendbuf, MPI_Count send
                         MPI_Datatype sendtype, void *recvbuf, const void *recvcounts,
                         const void *displs, MPI_Datatype recvtype, MPI_Comm comm);
 
+/* Frees a reduction operation; keys described with it are described again at their next call
+ * (MPI may give its handle to a new operation). */
+int commtune_op_free(MPI_Op *op);
+
 /* Not tuned: a point where every rank of `comm` is inside the same call (halo agreement). */
 int commtune_barrier(MPI_Comm comm);
 

@@ -67,6 +67,15 @@ void ompi_abort_f(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierr)
 }
 FORTRAN_ALIASES(abort, ABORT)
 
+void ompi_op_free_f(MPI_Fint *op, MPI_Fint *ierr)
+{
+    MPI_Op c_op = PMPI_Op_f2c(*op);
+    int rc = commtune_op_free(&c_op);
+    if (rc == MPI_SUCCESS) *op = PMPI_Op_c2f(c_op);
+    set_ierr(ierr, rc);
+}
+FORTRAN_ALIASES(op_free, OP_FREE)
+
 void ompi_allreduce_f(char *sendbuf, char *recvbuf, MPI_Fint *count, MPI_Fint *datatype,
                       MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
 {

@@ -36,6 +36,8 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 
 int MPI_Barrier(MPI_Comm comm) { return commtune_barrier(comm); }
 
+int MPI_Op_free(MPI_Op *op) { return commtune_op_free(op); }
+
 int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
               MPI_Comm comm, MPI_Request *request)
 {

@@ -1,6 +1,7 @@
 //! COMMTUNE_* knobs: parsed once when the library loads. A bad name or value yields one message
 //! naming the knob and what it accepts, and the default is used; nothing here can fail.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -149,15 +150,16 @@ pub const KNOBS: &[Knob] = &[
 pub fn parse<I, K, V>(vars: I) -> (Config, Vec<String>)
 where
     I: IntoIterator<Item = (K, V)>,
-    K: AsRef<str>,
-    V: AsRef<str>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
 {
     let mut config = Config::default();
     let mut problems = Vec::new();
     let (mut minfactor_b, mut minfactor_outliers, mut nu) = (3.0, 0.2, 5.0);
     let mut filter = "robust";
     for (name, value) in vars {
-        let (name, value) = (name.as_ref(), value.as_ref().trim());
+        let name = name.as_ref().to_string_lossy();
+        let name = name.as_ref();
         if !name.starts_with("COMMTUNE_") || is_launcher_variable(name) {
             continue;
         }
@@ -166,6 +168,10 @@ where
                 "commtune: unknown knob {name} ignored (known: {})",
                 KNOBS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
             ));
+            continue;
+        };
+        let Some(value) = value.as_ref().to_str().map(str::trim) else {
+            problems.push(not_valid(knob, &value.as_ref().to_string_lossy()));
             continue;
         };
         let t = &mut config.tuning;
@@ -220,10 +226,7 @@ where
             _ => unreachable!("every knob in KNOBS is parsed above"),
         };
         if !valid {
-            problems.push(format!(
-                "commtune: {name}={value:?} is not valid (accepted: {}); using the default {}",
-                knob.accepted, knob.default
-            ));
+            problems.push(not_valid(knob, value));
         }
     }
     config.tuning.filter = match filter {
@@ -235,6 +238,14 @@ where
         _ => Filter::Robust { nu },
     };
     (config, problems)
+}
+
+/// The one line about a value `knob` does not accept (not UTF-8 included).
+fn not_valid(knob: &Knob, value: &str) -> String {
+    format!(
+        "commtune: {}={value:?} is not valid (accepted: {}); using the default {}",
+        knob.name, knob.accepted, knob.default
+    )
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) -> bool {
@@ -538,6 +549,27 @@ mod tests {
         );
         assert_eq!(parse_duration("-1ms"), None);
         assert_eq!(parse_duration("5"), None);
+    }
+
+    #[test]
+    fn value_that_is_not_utf8_is_named_and_default_kept() {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = OsStr::from_bytes(b"tu\xffne");
+        let (c, problems) = parse([
+            (OsStr::new("COMMTUNE_MODE"), bad),
+            (OsStr::new("COMMTUNE_REPORT"), bad),
+            (OsStr::new("COMMTUNE_SAMPLES"), OsStr::new("4")),
+        ]);
+        assert_eq!(c.mode, Mode::Tune);
+        assert_eq!(c.report, ReportTarget::Default);
+        assert_eq!(c.tuning.samples, 4);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(
+            problems[0],
+            "commtune: COMMTUNE_MODE=\"tu\u{fffd}ne\" is not valid (accepted: off, profile, \
+             tune); using the default tune"
+        );
+        assert!(problems[1].starts_with("commtune: COMMTUNE_REPORT=\"tu\u{fffd}ne\" is not valid"));
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct Process {
     pub rank: u32,
     pub size: u32,
     pub start_ns: u64,
+    /// The process that initialised MPI: a child it forks runs the same exit handlers.
+    pub pid: u32,
     /// The MPI library's version string (first line).
     pub mpi: String,
 }
@@ -32,9 +34,7 @@ pub fn load() {
     if let Err(message) = mpi::check_loaded_mpi() {
         refuse(&message);
     }
-    let vars = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    let (config, problems) = config::parse(vars);
+    let (config, problems) = config::parse(std::env::vars_os());
     ENABLED.store(config.mode != Mode::Off, Ordering::Relaxed);
     let _ = CONFIG.set(config);
     let _ = PROBLEMS.set(problems);
@@ -86,6 +86,7 @@ pub fn started() -> Option<&'static Process> {
             rank: mpi::comm_rank(world) as u32,
             size: mpi::comm_size(world) as u32,
             start_ns: mpi::now_ns(),
+            pid: std::process::id(),
             mpi: mpi::library_version(),
         };
         if process.rank == 0 {
@@ -106,13 +107,27 @@ pub fn started() -> Option<&'static Process> {
     }))
 }
 
+/// MPI_Init or MPI_Init_thread succeeded: every rank is inside it, so the private duplicate of
+/// MPI_COMM_WORLD the at-exit fallback needs is made now (collective).
+pub fn initialized() {
+    if started().is_some() {
+        let _ = mpi::private_comm(mpi::comm_world());
+    }
+}
+
+/// This process, if it is the one that initialised MPI and has not reported yet (then it will
+/// have reported once this returns).
+fn to_report() -> Option<&'static Process> {
+    let process = PROCESS.get()?;
+    let ours = enabled() && process.pid == std::process::id();
+    (ours && !REPORTED.swap(true, Ordering::AcqRel)).then_some(process)
+}
+
 /// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away; it
 /// writes it once MPI is finalized (`finalized`).
 pub fn finalizing() -> Option<report::Gathered> {
-    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    report::gather(process()?)
+    process()?;
+    report::gather(to_report()?)
 }
 
 /// MPI_Finalize returned: rank 0 writes what `finalizing` gathered.
@@ -130,10 +145,8 @@ const ABORT_PATIENCE: Duration = Duration::from_secs(2);
 /// is written by a helper thread, given at most `ABORT_PATIENCE` (a lock held by the thread
 /// whose MPI call failed, or by a thread blocked in MPI, must not hold the abort up).
 pub fn aborting(code: c_int) {
-    if REPORTED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let Some(process) = process() else {
+    process();
+    let Some(process) = to_report() else {
         return;
     };
     let (done, finished) = mpsc::channel();
@@ -152,12 +165,11 @@ pub fn aborting(code: c_int) {
     }
 }
 
-/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself.
+/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself. A child
+/// the process forked runs this too when it exits, and must not write (it would replace the
+/// report of every rank with its parent's data).
 extern "C" fn at_exit() {
-    if !enabled() || REPORTED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    if let Some(process) = PROCESS.get() {
-        report::write_local(process, config());
+    if let Some(process) = to_report() {
+        report::write_at_exit(process, config());
     }
 }

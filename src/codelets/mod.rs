@@ -179,6 +179,30 @@ const fn native<C>() -> Codelet<C> {
     }
 }
 
+/// The first error of a codelet's exchange steps. A step that fails (MPI rejects a message, as
+/// MPICH 4.0.2 truncates large MPI_DOUBLE_INT blocks) does not end the schedule: the rank still
+/// makes every later step, so every message its peers send it or expect from it is matched, no
+/// rank waits for a peer that gave up, and each rank returns the first error MPI gave it.
+#[derive(Default)]
+pub struct FirstError(Option<c_int>);
+
+impl FirstError {
+    /// The value of a step that succeeded; None (and the error kept, if it is the first) else.
+    pub fn keep<T>(&mut self, step: MpiResult<T>) -> Option<T> {
+        match step {
+            Ok(value) => Some(value),
+            Err(rc) => {
+                self.0.get_or_insert(rc);
+                None
+            }
+        }
+    }
+
+    pub fn result(self) -> MpiResult {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
 /// Runs codelet `index` of `call`'s operation: native, or the algorithm on the private
 /// communicator. An error goes to the application's error handler, as from its own MPI call.
 #[inline]

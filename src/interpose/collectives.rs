@@ -62,7 +62,7 @@ pub extern "C" fn commtune_allreduce(
             u64::from(in_place),
         ],
     };
-    let entry = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let size = mpi::comm_size(comm);
         let in_place = if in_place { " in_place" } else { "" };
         let signature = format!(
@@ -80,10 +80,10 @@ pub extern "C" fn commtune_allreduce(
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(),
-            tunable: true,
+            handles: keys::freeable(comm, &[datatype], Some(op)),
         }
     });
-    dispatch(&call, entry)
+    dispatch(&call, key, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -127,7 +127,7 @@ pub extern "C" fn commtune_alltoall(
             recvtype.bits() as u64,
         ],
     };
-    let entry = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let size = mpi::group_size(comm);
         let send = if in_place {
             "in_place".to_string()
@@ -150,10 +150,10 @@ pub extern "C" fn commtune_alltoall(
             merge_key: signature.clone(),
             signature,
             bytes_per_call: call.bytes(i64::from(size)),
-            tunable: true,
+            handles: keys::freeable(comm, &[sendtype, recvtype], None),
         }
     });
-    dispatch(&call, entry)
+    dispatch(&call, key, entry)
 }
 
 #[unsafe(no_mangle)]
@@ -215,7 +215,7 @@ pub extern "C" fn commtune_allgatherv(
             layout.finish(),
         ],
     };
-    let entry = keys::entry(key, |_| {
+    let (key, entry) = keys::find(key, |_| {
         let counts: Vec<i64> = (0..size).map(|i| call.recvcounts.get(i)).collect();
         let merge_key = format!(
             "recvcounts={} recvtype={} comm_size={size}",
@@ -243,10 +243,10 @@ pub extern "C" fn commtune_allgatherv(
             signature: format!("{send} {merge_key}"),
             merge_key,
             bytes_per_call: call.bytes(size),
-            tunable: true,
+            handles: keys::freeable(comm, &[sendtype, recvtype], None),
         }
     });
-    dispatch(&call, entry)
+    dispatch(&call, key, entry)
 }
 
 /// Counts in full for small communicators, else their sum and range.

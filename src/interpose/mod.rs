@@ -10,18 +10,18 @@ use std::ffi::c_int;
 
 use crate::codelets::{self, Operation};
 use crate::config::Mode;
-use crate::keys::{Entry, Measured};
+use crate::keys::{Entry, Key, Measured};
 use crate::{clock, halo, runtime, tuner};
 
 /// Runs `call`: tuned (COMMTUNE_MODE=tune, unless its operation is forced), or with the
-/// forced or native codelet, measured on `entry`.
+/// forced or native codelet, measured on `key`'s entry `entry`.
 #[inline]
-fn dispatch<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
+fn dispatch<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
     // Every rank of the communicator is inside this call: halo episodes may be agreed on.
     halo::agree_at_collective(call.comm());
     let config = runtime::config();
     if config.mode == Mode::Tune && config.forced(C::OP).is_none() {
-        return tuner::run(call, entry);
+        return tuner::run(call, key, entry);
     }
     let index = forced_or_native(call, entry);
     let start = clock::now();

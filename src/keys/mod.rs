@@ -1,8 +1,10 @@
 //! Keys (call site × operation × signature) and what is measured for each.
 //!
 //! The hot path is one lookup in a lock-free table from the call's raw identity (return address,
-//! handles, counts) to the key's entry. A miss consults the process-wide registry, and the first
-//! time anywhere, describes the key for the report. Entries live until the process ends (the
+//! handles, counts) to its `Key`, and one pointer read to the key's entry. A miss consults the
+//! process-wide registry, and the first time anywhere, describes the key. MPI reuses handle
+//! values once the application frees their object, so a key is described again when one of the
+//! handles its description read is freed (`freed`). Entries live until the process ends (the
 //! report reads them at MPI_Finalize), so they are leaked and handed out as `&'static`.
 
 mod estimate;
@@ -13,7 +15,7 @@ pub use table::Table;
 use self::estimate::Moments;
 
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use commtune_report::{KeyData, Op, Saving, SiteData, TuningData};
@@ -22,8 +24,10 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::config::Mode;
+use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Op};
 use crate::say::say;
 use crate::site::{self, Caller, SiteRef};
+use crate::tuner::{KeyTuner, LeakedCell};
 use crate::{codelets, runtime, tuner};
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
@@ -61,7 +65,8 @@ impl Hash for CallKey {
     }
 }
 
-/// What the report says about a key, computed once when the key is first seen.
+/// What the report says about a key, computed when the key is first seen (and again when a
+/// handle it was described with is freed, see `Key`).
 pub struct Description {
     /// Identifies the key across ranks together with the site (see `KeyData::merge_key`).
     pub merge_key: String,
@@ -73,27 +78,174 @@ pub struct Description {
     pub agree: String,
     pub signature: String,
     pub bytes_per_call: u64,
-    /// False for the key that gathers a site's signatures beyond `MAX_SIGNATURES`.
-    pub tunable: bool,
+    /// The handles of the call whose meaning the description (above all `agree`) reads: when
+    /// the application frees one, MPI may give its handle value to an object of another size or
+    /// kind, so the key is described again at its next call.
+    pub handles: Vec<Handle>,
 }
 
-/// Distinct signatures one site keeps apart (each costs about 20 KiB); later ones share one
-/// untuned key, so that memory stays bounded when a call's counts change every time (as in
-/// particle codes). Signatures are the same on every rank, so every rank folds the same ones.
+/// A handle the application may free, by its bits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Handle {
+    Comm(usize),
+    Datatype(usize),
+    Op(usize),
+}
+
+/// The handles among a call's communicator, datatypes and reduction operation that the
+/// application can free (predefined ones never are; listing them would only grow their lists).
+pub fn freeable(comm: MPI_Comm, datatypes: &[MPI_Datatype], op: Option<MPI_Op>) -> Vec<Handle> {
+    let mut handles = Vec::new();
+    if comm.bits() != mpi::comm_world().bits() && comm.bits() != mpi::comm_self().bits() {
+        handles.push(Handle::Comm(comm.bits()));
+    }
+    for &datatype in datatypes {
+        let handle = Handle::Datatype(datatype.bits());
+        if !mpi::is_predefined(datatype) && !handles.contains(&handle) {
+            handles.push(handle);
+        }
+    }
+    if let Some(op) = op.filter(|&op| mpi::op_name(op) == "user") {
+        handles.push(Handle::Op(op.bits()));
+    }
+    handles
+}
+
+/// Distinct signatures one site keeps apart in the report (each costs about 20 KiB); later ones
+/// share one entry, so that memory stays bounded when a call's counts change every time (as in
+/// particle codes). Only the report folds them: each call is still tuned by its own agreed
+/// identity (see `Key`), so ranks that fold different calls (datatypes, and with them
+/// signatures, may differ between ranks) still run the same codelets.
 const MAX_SIGNATURES: usize = 1024;
-/// Local variants of one signature (handles, displacements: what may differ between ranks) that
-/// get their own entry; later ones share the first.
+/// Local variants of one signature and agreed identity (handles, displacements: what may differ
+/// between ranks) that get their own entry; later ones share the first (the report only).
 const MAX_VARIANTS: usize = 8;
 
-/// The entries of one site and operation, by signature.
+/// The entries of one site and operation, by signature and agreed identity.
 #[derive(Default)]
 struct SiteKeys {
-    signatures: Vec<(String, &'static Entry, usize)>,
+    signatures: Vec<(String, u64, &'static Entry, usize)>,
     other: Option<&'static Entry>,
 }
 
 static SITES: LazyLock<DashMap<(SiteRef, Op), SiteKeys, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
+
+/// Every entry, for the report.
+static ENTRIES: Mutex<Vec<&'static Entry>> = Mutex::new(Vec::new());
+
+/// One raw call identity (`CallKey`): the entry its calls are measured in, and the agreed
+/// identity and tuner they run under. Keys whose handles are freed are marked stale and
+/// described again at their next call, so a handle value MPI hands out again for another object
+/// never finds the old object's identity (its bytes, its operation's commutativity).
+pub struct Key {
+    call: CallKey,
+    /// The entry of the latest description; null while the key is stale, so that the hot path
+    /// reads one pointer for both.
+    current: LeakedCell<Entry>,
+    /// The entry of the latest description, stale or not.
+    described: LeakedCell<Entry>,
+    /// Set with `current` cleared when a handle is freed; a description that began before the
+    /// mark is not trusted.
+    stale: AtomicBool,
+    /// The agreed identity: `(op, Description::agree)` hashed; what checkpoints compare, and the
+    /// tuner of the key on its communicator.
+    agree_hash: AtomicU64,
+    pub tuner: tuner::TunerLink,
+}
+
+impl Key {
+    #[inline]
+    pub fn agree_hash(&self) -> u64 {
+        self.agree_hash.load(Ordering::Relaxed)
+    }
+
+    /// The key's entry, described again first if one of its handles was freed since.
+    #[inline]
+    fn entry(&'static self, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+        match self.current.get() {
+            Some(entry) => entry,
+            None => self.refresh(describe),
+        }
+    }
+
+    /// Describes the key again after one of its handles was freed; a changed description moves
+    /// it to its new entry and agreed identity (and its tuner link forgets the old one).
+    #[cold]
+    fn refresh(&'static self, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+        self.stale.store(false, Ordering::SeqCst);
+        let mut description = describe(self.call.caller);
+        let handles = std::mem::take(&mut description.handles);
+        let agree_hash = agree_hash(self.call.op, &description.agree);
+        let mut entry = self.described.get().expect("set when the key is made");
+        if entry.description.merge_key != description.merge_key || agree_hash != self.agree_hash() {
+            entry = site_entry(self.call, description, agree_hash);
+            self.described.set(entry);
+            self.agree_hash.store(agree_hash, Ordering::Relaxed);
+            self.tuner.current.clear();
+        }
+        depend(self, &handles, true);
+        self.current.set(entry);
+        // A handle freed while describing: describe again at the next call.
+        if self.stale.load(Ordering::SeqCst) {
+            self.current.clear();
+        }
+        entry
+    }
+
+    fn mark_stale(&self) {
+        self.stale.store(true, Ordering::SeqCst);
+        self.current.clear();
+    }
+}
+
+fn agree_hash(op: Op, agree: &str) -> u64 {
+    FxBuildHasher.hash_one((op, agree))
+}
+
+/// Keys to mark stale when a handle is freed.
+static DEPENDENTS: LazyLock<DashMap<Handle, Vec<&'static Key>, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// Remembers that `key` was described with `handles`, and watches them; `again`: the key may
+/// already be listed (it is described again).
+fn depend(key: &'static Key, handles: &[Handle], again: bool) {
+    for &handle in handles {
+        let first = {
+            let mut keys = DEPENDENTS.entry(handle).or_default();
+            if !(again && keys.iter().any(|k| std::ptr::eq(*k, key))) {
+                keys.push(key);
+            }
+            keys.len() == 1
+        };
+        // Outside the map's lock: setting an attribute is an MPI call. Ops have no attributes:
+        // the shim reports MPI_Op_free (`commtune_op_free`).
+        if first {
+            let _ = match handle {
+                Handle::Comm(bits) => mpi::watch(MPI_Comm::from_bits(bits), freed_comm),
+                Handle::Datatype(bits) => {
+                    mpi::watch_datatype(MPI_Datatype::from_bits(bits), freed_datatype)
+                }
+                Handle::Op(_) => Ok(()),
+            };
+        }
+    }
+}
+
+/// `handle` was freed: its keys are described again at their next call.
+pub fn freed(handle: Handle) {
+    if let Some((_, keys)) = DEPENDENTS.remove(&handle) {
+        keys.iter().for_each(|k| k.mark_stale());
+    }
+}
+
+fn freed_comm(bits: usize) {
+    freed(Handle::Comm(bits));
+}
+
+fn freed_datatype(bits: usize) {
+    freed(Handle::Datatype(bits));
+}
 
 pub struct Entry {
     pub op: Op,
@@ -102,7 +254,11 @@ pub struct Entry {
     /// Identifies the key across ranks (operation, `Description::agree`): what checkpoints
     /// compare. Keys of several sites may share it, and with it their tuner.
     pub agree_hash: u64,
-    pub tuner: tuner::TunerLink,
+    /// The entry of a site's signatures beyond `MAX_SIGNATURES`: its calls have many agreed
+    /// identities, so it shows no tuning of its own.
+    folded: bool,
+    /// The tuner of the entry's latest call, for the report (set off the settled path).
+    pub reported: LeakedCell<KeyTuner>,
     /// Calls per codelet (registry index), counted without a lock.
     calls: [AtomicU64; MAX_CODELETS],
     stats: Mutex<Stats>,
@@ -202,6 +358,13 @@ impl Entry {
         self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
+    /// The report shows `tuner`'s tuning for this entry (a folded entry shows none).
+    pub fn report_tuner(&self, tuner: &'static KeyTuner) {
+        if !self.folded {
+            self.reported.set(tuner);
+        }
+    }
+
     /// Adds a remark for the report (once per distinct text).
     pub fn note(&self, text: String) {
         let Ok(mut s) = self.stats.lock() else { return };
@@ -212,12 +375,12 @@ impl Entry {
 
     fn tuning(&self, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
         let config = runtime::config();
-        if config.mode != Mode::Tune || config.forced(self.op).is_some() {
+        if config.mode != Mode::Tune || config.forced(self.op).is_some() || self.folded {
             return None;
         }
         match self.op {
             Op::Halo => Some(crate::halo::tuning_report(self, ns_per_tick)),
-            _ => Some(self.tuner.current.get()?.report(names, ns_per_tick)),
+            _ => Some(self.reported.get()?.report(names, ns_per_tick)),
         }
     }
 
@@ -318,7 +481,7 @@ fn saving(
 
 #[derive(Clone, Copy)]
 enum Slot {
-    Key(&'static Entry),
+    Key(&'static Key),
     /// The immediate caller is a binding library: the site is found deeper in the stack.
     Binding,
 }
@@ -327,8 +490,8 @@ enum Slot {
 /// are still measured, through the registry.
 static CACHE: LazyLock<Table<CallKey, Slot>> = LazyLock::new(|| Table::new(1 << 13));
 
-/// Every entry, authoritative: the report and cache misses read it.
-static REGISTRY: LazyLock<DashMap<CallKey, &'static Entry, FxBuildHasher>> =
+/// Every key, authoritative: cache misses read it.
+static REGISTRY: LazyLock<DashMap<CallKey, &'static Key, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 #[inline]
@@ -340,64 +503,100 @@ fn remember(key: CallKey, slot: Slot) {
     CACHE.insert(key, slot);
 }
 
-/// The entry of the call identified by `key` (whose `caller` is the immediate return address).
-/// `describe` runs once per key in the process, with the resolved site.
+/// The key of the call identified by `key` (whose `caller` is the immediate return address),
+/// and its entry. `describe` runs once per key in the process, with the resolved site, and
+/// again after a handle the key was described with is freed.
 #[inline]
-pub fn entry(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
+pub fn find(
+    key: CallKey,
+    describe: impl FnOnce(SiteRef) -> Description,
+) -> (&'static Key, &'static Entry) {
     match cached(&key) {
-        Some(Slot::Key(entry)) => entry,
-        Some(Slot::Binding) => application_entry(key, describe),
+        Some(Slot::Key(k)) => (k, k.entry(describe)),
+        Some(Slot::Binding) => application_key(key, describe),
         None => match site::classify(key.caller) {
             Caller::Application => {
-                let entry = registered(key, describe);
-                remember(key, Slot::Key(entry));
-                entry
+                let found = registered(key, describe);
+                remember(key, Slot::Key(found.0));
+                found
             }
             Caller::Binding => {
                 remember(key, Slot::Binding);
-                application_entry(key, describe)
+                application_key(key, describe)
             }
         },
     }
 }
 
 /// A call made through a binding library: walk to the application's frame, then look up again.
-fn application_entry(
+fn application_key(
     key: CallKey,
     describe: impl FnOnce(SiteRef) -> Description,
-) -> &'static Entry {
+) -> (&'static Key, &'static Entry) {
     let key = CallKey {
         caller: site::application_site(key.caller),
         ..key
     };
-    if let Some(Slot::Key(entry)) = cached(&key) {
-        return entry;
+    if let Some(Slot::Key(k)) = cached(&key) {
+        return (k, k.entry(describe));
     }
-    let entry = registered(key, describe);
-    remember(key, Slot::Key(entry));
-    entry
+    let found = registered(key, describe);
+    remember(key, Slot::Key(found.0));
+    found
 }
 
-fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
-    if let Some(entry) = REGISTRY.get(&key) {
-        return *entry;
+fn registered(
+    call: CallKey,
+    describe: impl FnOnce(SiteRef) -> Description,
+) -> (&'static Key, &'static Entry) {
+    if let Some(k) = REGISTRY.get(&call).map(|k| *k) {
+        return (k, k.entry(describe));
     }
-    let description = describe(key.caller);
-    let mut site = SITES.entry((key.caller, key.op)).or_default();
+    let mut description = describe(call.caller);
+    let handles = std::mem::take(&mut description.handles);
+    let agree_hash = agree_hash(call.op, &description.agree);
+    let mut made = None;
+    let k = *REGISTRY.entry(call).or_insert_with(|| {
+        let entry = site_entry(call, description, agree_hash);
+        made = Some(entry);
+        Box::leak(Box::new(Key {
+            call,
+            current: LeakedCell::new(entry),
+            described: LeakedCell::new(entry),
+            stale: AtomicBool::new(false),
+            agree_hash: AtomicU64::new(agree_hash),
+            tuner: tuner::TunerLink::default(),
+        }))
+    });
+    match made {
+        Some(entry) => {
+            depend(k, &handles, false);
+            (k, entry)
+        }
+        // Another thread made it meanwhile (a stale mark since is seen at the next call).
+        None => (k, k.described.get().expect("set when the key is made")),
+    }
+}
+
+/// The entry of a call with `description` at `call`'s site: its own, or the first of its
+/// signature and agreed identity past `MAX_VARIANTS`, or the site's folded entry past
+/// `MAX_SIGNATURES`.
+fn site_entry(call: CallKey, description: Description, agree_hash: u64) -> &'static Entry {
+    let mut site = SITES.entry((call.caller, call.op)).or_default();
     let SiteKeys { signatures, other } = &mut *site;
     let full = signatures.len() >= MAX_SIGNATURES;
-    let entry = match signatures
+    match signatures
         .iter_mut()
-        .find(|(merge_key, _, _)| *merge_key == description.merge_key)
+        .find(|(merge_key, hash, _, _)| *merge_key == description.merge_key && *hash == agree_hash)
     {
-        Some((_, first, variants)) if *variants >= MAX_VARIANTS => *first,
-        Some((_, _, variants)) => {
+        Some((_, _, first, variants)) if *variants >= MAX_VARIANTS => first,
+        Some((_, _, _, variants)) => {
             *variants += 1;
-            new_entry(key, description)
+            new_entry(call, description, false)
         }
-        None if full => *other.get_or_insert_with(|| {
+        None if full => other.get_or_insert_with(|| {
             new_entry(
-                key,
+                call,
                 Description {
                     merge_key: "other signatures".into(),
                     agree: "other signatures".into(),
@@ -405,22 +604,21 @@ fn registered(key: CallKey, describe: impl FnOnce(SiteRef) -> Description) -> &'
                         "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
                     ),
                     bytes_per_call: 0,
-                    tunable: false,
+                    handles: Vec::new(),
                 },
+                true,
             )
         }),
         None => {
             let merge_key = description.merge_key.clone();
-            let entry = new_entry(key, description);
-            signatures.push((merge_key, entry, 1));
+            let entry = new_entry(call, description, false);
+            signatures.push((merge_key, agree_hash, entry, 1));
             entry
         }
-    };
-    drop(site);
-    *REGISTRY.entry(key).or_insert(entry)
+    }
 }
 
-fn new_entry(key: CallKey, description: Description) -> &'static Entry {
+fn new_entry(key: CallKey, description: Description, folded: bool) -> &'static Entry {
     let site = site::describe(key.caller);
     if runtime::config().verbose >= 2 {
         say!(
@@ -432,13 +630,13 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             description.signature
         );
     }
-    let agree_hash = FxBuildHasher.hash_one((key.op, &description.agree));
-    Box::leak(Box::new(Entry {
+    let entry: &'static Entry = Box::leak(Box::new(Entry {
         op: key.op,
         site,
+        agree_hash: agree_hash(key.op, &description.agree),
         description,
-        agree_hash,
-        tuner: tuner::TunerLink::default(),
+        folded,
+        reported: LeakedCell::default(),
         calls: Default::default(),
         stats: Mutex::new(Stats {
             min: u64::MAX,
@@ -453,15 +651,20 @@ fn new_entry(key: CallKey, description: Description) -> &'static Entry {
             period_ticks: 0,
             periods: 0,
         }),
-    }))
+    }));
+    if folded {
+        entry.note(format!(
+            "signatures beyond the first {MAX_SIGNATURES} of this site are reported together; \
+             each call is still tuned with the calls that match it on every rank"
+        ));
+    }
+    tuner::lock(&ENTRIES).push(entry);
+    entry
 }
 
 /// Every key seen by this process, for the report.
 pub fn all(ns_per_tick: f64) -> Vec<KeyData> {
-    // Several raw keys may share one entry (see `MAX_VARIANTS`): each entry once.
-    let mut entries: Vec<&'static Entry> = REGISTRY.iter().map(|e| *e.value()).collect();
-    entries.sort_by_key(|e| *e as *const Entry as usize);
-    entries.dedup_by(|a, b| std::ptr::eq(*a, *b));
+    let entries = tuner::lock(&ENTRIES).clone();
     entries
         .iter()
         .map(|e| e.data(ns_per_tick))

@@ -4,11 +4,13 @@
 //! communicator (DESIGN invariant 3), so no application receive can match it.
 
 use std::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
 
 use mpi_sys as ffi;
 
-use super::datatype::{Buf, MpiResult, check};
-use super::{HandleBits, MPI_Comm, MPI_Op, MPI_Request, constants, status_ignore, statuses_ignore};
+use super::datatype::{Buf, MpiResult, check, empty_buf};
+use super::requests::{empty_status, finish};
+use super::{HandleBits, MPI_Comm, MPI_Op, MPI_Request, SUCCESS, constants, status_ignore};
 
 /// A private communicator with this process's rank and the size.
 #[derive(Clone, Copy, Debug)]
@@ -156,6 +158,52 @@ impl Comm {
     }
 }
 
+impl Comm {
+    /// Sends an empty message with `tag` to every other rank and waits at most `patience` for
+    /// the sends to complete (a rank that is gone leaves its send behind, never a wait).
+    pub fn notify_others(&self, tag: i32, patience: Duration) {
+        let empty = empty_buf();
+        let requests = (0..self.size)
+            .filter(|&r| r != self.rank)
+            .filter_map(|r| self.isend(&empty, r, tag).ok())
+            .collect();
+        settle(requests, patience);
+    }
+
+    /// Waits at most `patience` for an empty message with `tag` from `from`; whether it came.
+    pub fn await_notice(&self, from: i32, tag: i32, patience: Duration) -> bool {
+        let empty = empty_buf();
+        match self.irecv(&empty, from, tag) {
+            Ok(request) => settle(vec![request], patience),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Tests `requests` until all completed or `patience` ran out; those still active then are
+/// cancelled and left to MPI (freed, not waited for). Whether all completed.
+fn settle(mut requests: Vec<MPI_Request>, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        requests.retain_mut(|r| finish(r, false).is_none());
+        if requests.is_empty() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            for r in &mut requests {
+                // SAFETY: active requests this module created; cancelling and freeing never
+                // blocks.
+                unsafe {
+                    ffi::PMPI_Cancel(r);
+                    ffi::PMPI_Request_free(r);
+                }
+            }
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The requests of one codelet call. Dropped while some are still active (the call failed
 /// midway), it cancels and completes them: nothing writes the application's buffers after the
 /// call has returned.
@@ -175,21 +223,52 @@ impl Requests {
         self.0[slot] = request;
     }
 
+    /// Completes every request, failed ones too; the error of the first that failed.
     pub fn waitall(&mut self) -> MpiResult {
         let n = c_int::try_from(self.0.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
-        // SAFETY: the vector holds `n` handles this module created (or null ones).
-        check(unsafe { ffi::PMPI_Waitall(n, self.0.as_mut_ptr(), statuses_ignore()) })
+        // MPI_Waitall says only MPI_ERR_IN_STATUS; the statuses say what went wrong.
+        let mut statuses = vec![empty_status(); self.0.len()];
+        // SAFETY: the vector holds `n` handles this module created (or null ones), and there is
+        // one status for each.
+        let rc = unsafe { ffi::PMPI_Waitall(n, self.0.as_mut_ptr(), statuses.as_mut_ptr()) };
+        if rc == ffi::MPI_ERR_IN_STATUS as c_int
+            && let Some(failed) = statuses.iter().find(|s| s.MPI_ERROR != SUCCESS)
+        {
+            return Err(failed.MPI_ERROR);
+        }
+        check(rc)
     }
 
-    /// Waits for one active request; its slot, or None when none is active.
-    pub fn waitany(&mut self) -> MpiResult<Option<usize>> {
-        let n = c_int::try_from(self.0.len()).map_err(|_| ffi::MPI_ERR_COUNT as c_int)?;
-        let mut index = 0;
-        // SAFETY: the vector holds `n` handles this module created (or null ones); writes one
-        // int.
-        check(unsafe { ffi::PMPI_Waitany(n, self.0.as_mut_ptr(), &mut index, status_ignore()) })?;
-        // MPI_UNDEFINED (no active request) is negative in both flavours.
-        Ok(usize::try_from(index).ok().filter(|&i| i < self.0.len()))
+    /// Waits for one active request: its slot and how it completed, or None when none is
+    /// active. An error MPI reports without naming its request is returned with the next
+    /// request that completes (MPI is asked again, at most once per request).
+    pub fn waitany(&mut self) -> Option<(usize, MpiResult)> {
+        let n = c_int::try_from(self.0.len()).ok()?;
+        let mut unnamed = None;
+        for _ in 0..=self.0.len() {
+            let mut index = -1;
+            // SAFETY: the vector holds `n` handles this module created (or null ones); writes
+            // one int.
+            let rc =
+                unsafe { ffi::PMPI_Waitany(n, self.0.as_mut_ptr(), &mut index, status_ignore()) };
+            // MPI_UNDEFINED (no active request) is negative in both flavours.
+            match usize::try_from(index).ok().filter(|&i| i < self.0.len()) {
+                Some(slot) => {
+                    if rc != SUCCESS && self.0[slot].bits() != super::request_null().bits() {
+                        // Completed in error but not freed by MPI: waiting again would return it
+                        // again.
+                        // SAFETY: a request this module created, no longer active.
+                        unsafe { ffi::PMPI_Request_free(&mut self.0[slot]) };
+                    }
+                    return Some((slot, check(unnamed.unwrap_or(rc))));
+                }
+                None if rc == SUCCESS => return None,
+                None => {
+                    unnamed.get_or_insert(rc);
+                }
+            }
+        }
+        None
     }
 }
 

@@ -224,6 +224,17 @@ pub fn copy(src: &Buf, dst: &Buf) -> MpiResult {
     unpack(&packed[..n], dst)
 }
 
+/// No data (a message that only says something by arriving).
+pub fn empty_buf() -> Buf {
+    Buf {
+        ptr: std::ptr::NonNull::<u8>::dangling().as_ptr().cast(),
+        count: 0,
+        // SAFETY: reading a constant exported by mpi-sys.
+        datatype: unsafe { ffi::RSMPI_UINT8_T },
+        extent: 1,
+    }
+}
+
 /// A buffer of packed bytes as MPI sees it (MPI_PACKED elements).
 pub fn packed_buf(bytes: &mut [u8]) -> Buf {
     Buf {

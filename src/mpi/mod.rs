@@ -20,8 +20,8 @@ pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPo
 pub use comm::{Comm, Requests};
 pub use flavour::{Flavour, check_loaded_mpi, sees_every_call};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
-pub use private::private_comm;
-pub use watch::{watch, watch_datatype};
+pub use private::{existing_private_comm, private_comm};
+pub use watch::{is_predefined, watch, watch_datatype};
 
 use mpi_sys as ffi;
 
@@ -61,13 +61,19 @@ pub fn constants() -> &'static Constants {
 /// A handle's bits, to key maps with (handles are pointers in Open MPI, ints in MPICH).
 pub trait HandleBits: Copy {
     fn bits(self) -> usize;
+    /// The handle whose `bits` these are.
+    fn from_bits(bits: usize) -> Self;
 }
 
 macro_rules! handle_bits {
-    ($($t:ty),*) => {$(
+    ($($t:ident),*) => {$(
         impl HandleBits for $t {
             fn bits(self) -> usize {
                 self.0 as usize
+            }
+
+            fn from_bits(bits: usize) -> Self {
+                $t(bits as _)
             }
         }
     )*};
@@ -153,6 +159,12 @@ pub fn finalize() -> c_int {
 pub fn abort(comm: MPI_Comm, code: c_int) -> c_int {
     // SAFETY: the application's arguments, passed through unchanged.
     unsafe { ffi::PMPI_Abort(comm, code) }
+}
+
+/// The application's MPI_Op_free.
+pub fn op_free(op: *mut MPI_Op) -> c_int {
+    // SAFETY: the application's argument, passed through unchanged.
+    unsafe { ffi::PMPI_Op_free(op) }
 }
 
 /// PMPI_Barrier: the application's MPI_Barrier, or the library's own on a private communicator.

@@ -45,6 +45,11 @@ pub fn private_comm(user: MPI_Comm) -> MpiResult<Comm> {
     Ok(comm)
 }
 
+/// The private duplicate of `user` if it was made already (never collective).
+pub fn existing_private_comm(user: MPI_Comm) -> Option<Comm> {
+    PRIVATE.get(&user.bits()).map(|c| *c)
+}
+
 /// The application freed its communicator: free ours.
 extern "C" fn forget(
     user: MPI_Comm,

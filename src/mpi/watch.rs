@@ -39,7 +39,7 @@ pub fn watch(user: MPI_Comm, on_free: OnFree) -> MpiResult {
 
 /// As `watch`, for a datatype. Predefined datatypes are never freed: nothing to watch.
 pub fn watch_datatype(datatype: MPI_Datatype, on_free: OnFree) -> MpiResult {
-    if is_predefined(datatype)? || !add(&DATATYPES, datatype.bits(), on_free) {
+    if is_predefined(datatype) || !add(&DATATYPES, datatype.bits(), on_free) {
         return Ok(());
     }
     let keyval = datatype_keyval()?;
@@ -89,10 +89,11 @@ extern "C" fn datatype_freed(
     freed(&DATATYPES, datatype.bits())
 }
 
-fn is_predefined(datatype: MPI_Datatype) -> MpiResult<bool> {
+/// Whether `datatype` is predefined (never freed); an invalid handle counts as one too.
+pub fn is_predefined(datatype: MPI_Datatype) -> bool {
     let (mut integers, mut addresses, mut datatypes, mut combiner) = (0, 0, 0, 0);
     // SAFETY: writes four ints.
-    check(unsafe {
+    let rc = unsafe {
         ffi::PMPI_Type_get_envelope(
             datatype,
             &mut integers,
@@ -100,8 +101,8 @@ fn is_predefined(datatype: MPI_Datatype) -> MpiResult<bool> {
             &mut datatypes,
             &mut combiner,
         )
-    })?;
-    Ok(combiner == constants().combiner_named)
+    };
+    rc != SUCCESS || combiner == constants().combiner_named
 }
 
 type CommDeleteFn = extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;

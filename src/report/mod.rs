@@ -3,6 +3,7 @@
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use commtune_report::{Aborted, RankData, Report};
 
@@ -65,10 +66,26 @@ pub fn gather(process: &Process) -> Option<Gathered> {
     gathered.map(Gathered)
 }
 
-/// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0.
-pub fn write_local(process: &Process, config: &Config) {
+/// Tag of the at-exit notice on the private duplicate of MPI_COMM_WORLD.
+const EXIT_TAG: i32 = 0x6578;
+/// How long a rank that exits without MPI_Finalize waits for rank 0's report at most.
+const EXIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The fallback when MPI_Finalize was not seen: only this rank's data, from rank 0. Launchers
+/// end a job as soon as one process exits without MPI_Finalize (MPICH's Hydra killed rank 0
+/// while it wrote, in half the runs), so the other ranks wait, a bounded time, for rank 0's
+/// notice that it has written, on the private duplicate of MPI_COMM_WORLD made at MPI_Init.
+pub fn write_at_exit(process: &Process, config: &Config) {
+    let world = mpi::is_active()
+        .then(|| mpi::existing_private_comm(mpi::comm_world()))
+        .flatten();
     if process.rank == 0 {
         publish(&[rank_data(process)], process, config, None);
+        if let Some(world) = world {
+            world.notify_others(EXIT_TAG, Duration::from_secs(1));
+        }
+    } else if let Some(world) = world {
+        world.await_notice(0, EXIT_TAG, EXIT_PATIENCE);
     }
 }
 

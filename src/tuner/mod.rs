@@ -27,15 +27,14 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
 pub use self::policy::{Agreed, Candidate, Next, Plan, Search};
-use self::state::KeyTuner;
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
-    comm_slot, forget, lock,
+    comm_slot, forget,
 };
-pub use self::state::{TunerLink, samples_of};
+pub use self::state::{KeyTuner, LeakedCell, TunerLink, lock, samples_of};
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
-use crate::keys::{Entry, Measured};
+use crate::keys::{Entry, Key, Measured};
 use crate::mpi::{self, Comm};
 use crate::say::say;
 use crate::{clock, runtime};
@@ -145,10 +144,12 @@ impl Step {
     }
 }
 
-/// A call off the settled path: the call, its local key, the tuner of its agreed identity, its
-/// communicator, the communicator's instance `n` and the key's call number `k`.
+/// A call off the settled path: the call, its local key and the key's entry, the tuner of its
+/// agreed identity, its communicator, the communicator's instance `n` and the key's call number
+/// `k`.
 struct At<'c, C> {
     call: &'c C,
+    key: &'static Key,
     entry: &'static Entry,
     tuner: &'static KeyTuner,
     slot: &'static CommSlot,
@@ -170,17 +171,14 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
     }
 }
 
-/// Runs one call of a tunable key.
-pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
-    let slot = *entry.tuner.comm.get_or_init(|| comm_slot(call.comm()));
+/// Runs one call of a key whose entry is `entry` (its raw identity includes the communicator, so
+/// the key's link to its communicator's slot never changes).
+pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
+    let slot = *key.tuner.comm.get_or_init(|| comm_slot(call.comm()));
     let epoch = slot.epoch.load(Ordering::Relaxed);
-    let tuner = match entry.tuner.current.get() {
+    let tuner = match key.tuner.current.get() {
         Some(t) if t.epoch == epoch => t,
-        _ => {
-            let t = lock(&slot.state).key(entry.agree_hash, epoch);
-            entry.tuner.current.set(t);
-            t
-        }
+        _ => linked(key, entry, slot, epoch),
     };
     // The application may call a communicator's collectives from one thread at a time only,
     // so these counters have one writer: a load and a store, no locked read-modify-write.
@@ -203,6 +201,7 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     } else {
         slow_step(&At {
             call,
+            key,
             entry,
             tuner,
             slot,
@@ -243,6 +242,16 @@ pub fn run<C: Operation>(call: &C, entry: &'static Entry) -> c_int {
     rc
 }
 
+/// The tuner of `key`'s agreed identity on its communicator in epoch `epoch`, linked to the key
+/// (and to its entry, for the report).
+#[cold]
+fn linked(key: &Key, entry: &'static Entry, slot: &CommSlot, epoch: u64) -> &'static KeyTuner {
+    let t = lock(&slot.state).key(key.agree_hash(), epoch);
+    key.tuner.current.set(t);
+    entry.report_tuner(t);
+    t
+}
+
 /// Books a measured call into the key's search or drift window.
 fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
     let mut key = lock(&tuner.state);
@@ -279,10 +288,6 @@ fn slow_step<C: Operation>(at: &At<C>) -> Step {
         key.reason = Some("a communicator of one rank or an intercommunicator");
         tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
         return Step::native(sampled(k, u64::MAX));
-    }
-    if !at.entry.description.tunable && matches!(key.phase, Phase::Warmup) {
-        key.reason = Some("too many signatures at this site: the rest share one untuned key");
-        tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
     }
     end_stalled_search(slot, &mut comm, tuner, n);
     if comm.is_active(tuner) {
@@ -378,7 +383,7 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
         },
     };
     let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
-    match agree::checkpoint(&private, ready.then_some(at.entry.agree_hash)) {
+    match agree::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
         Ok(agree::Checkpoint::Agreed) => {
             comm.interval = MIN_INTERVAL;
             start_search(at, comm, key);

@@ -37,6 +37,10 @@ impl<T: 'static> Default for LeakedCell<T> {
 }
 
 impl<T: Sync + 'static> LeakedCell<T> {
+    pub fn new(value: &'static T) -> Self {
+        LeakedCell(AtomicPtr::new(value as *const T as *mut T))
+    }
+
     pub fn get(&self) -> Option<&'static T> {
         let p = self.0.load(Ordering::Acquire);
         // SAFETY: the cell only ever holds null or a pointer taken from a `&'static T` (a leaked
@@ -46,6 +50,10 @@ impl<T: Sync + 'static> LeakedCell<T> {
 
     pub fn set(&self, value: &'static T) {
         self.0.store(value as *const T as *mut T, Ordering::Release);
+    }
+
+    pub fn clear(&self) {
+        self.0.store(std::ptr::null_mut(), Ordering::Release);
     }
 }
 
@@ -72,7 +80,16 @@ pub struct CommTuning {
     pub active: Option<(&'static KeyTuner, u64)>,
     /// The keys of this epoch, by agreed identity.
     keys: HashMap<u64, &'static KeyTuner, FxBuildHasher>,
+    /// The one untuned tuner of every agreed identity beyond `MAX_KEYS`.
+    overflow: Option<&'static KeyTuner>,
 }
+
+/// Agreed identities one communicator tunes apart (per epoch), so that memory stays bounded when
+/// calls change size every time. The ranks of a communicator meet the same identities in the
+/// same order (the standard makes them equal at every instance), so every rank passes this
+/// bound at the same call; and an identity beyond it never proposes itself at a checkpoint, so
+/// even a rank that passed it alone (an erroneous program) could not make its peers search.
+const MAX_KEYS: usize = 1024;
 
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
@@ -85,6 +102,7 @@ impl CommTuning {
             private: None,
             active: None,
             keys: HashMap::default(),
+            overflow: None,
         }
     }
 
@@ -94,6 +112,20 @@ impl CommTuning {
 
     /// The tuner of the key with agreed identity `agree_hash` in epoch `epoch`.
     pub fn key(&mut self, agree_hash: u64, epoch: u64) -> &'static KeyTuner {
+        if let Some(t) = self.keys.get(&agree_hash) {
+            return t;
+        }
+        if self.keys.len() >= MAX_KEYS {
+            return self.overflow.get_or_insert_with(|| {
+                let t: &'static KeyTuner = Box::leak(Box::new(KeyTuner::new(epoch)));
+                let mut key = lock(&t.state);
+                key.reason =
+                    Some("more distinct calls on this communicator than the tuner keeps apart");
+                t.settle(&mut key, 0, Phase::Untuned, u64::MAX);
+                drop(key);
+                t
+            });
+        }
         self.keys
             .entry(agree_hash)
             .or_insert_with(|| Box::leak(Box::new(KeyTuner::new(epoch))))

@@ -42,7 +42,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < N; i++)
             if (out[i] != it + i) failures++;
     }
-    int total;
+    int total = 0;
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0)
         printf(total == 0 ? "user_ops: results correct\n" : "user_ops: %d WRONG RESULTS\n", total);

@@ -18,7 +18,7 @@ use std::ffi::c_int;
 use commtune_report::Op;
 
 use super::schedule::Exchange;
-use super::{Codelet, Facts, Operation, native};
+use super::{Codelet, Facts, FirstError, Operation, native};
 use crate::mpi::datatype::{Buf, Indexed, MpiResult, copy};
 use crate::mpi::{self, Allgatherv, Comm, MPI_Comm};
 
@@ -166,10 +166,12 @@ fn exchange(call: &Allgatherv, comm: &Comm, schedule: fn(i32, i32) -> Vec<Exchan
     let Some(result) = Gathered::new(call, comm.size)? else {
         return Ok(());
     };
-    start(call, &result, comm.rank)?;
+    let mut errors = FirstError::default();
+    errors.keep(start(call, &result, comm.rank));
     for step in schedule(comm.size, comm.rank) {
+        // Selections only fail when MPI runs out of datatypes: then the schedule cannot go on.
         let (send, recv) = (result.select(&step.send)?, result.select(&step.recv)?);
-        comm.sendrecv(&send.buf, step.to, &recv.buf, step.from, TAG)?;
+        errors.keep(comm.sendrecv(&send.buf, step.to, &recv.buf, step.from, TAG));
     }
-    Ok(())
+    errors.result()
 }

@@ -9,7 +9,7 @@
 
 use super::{TAG, block, block_bytes, pack_exact};
 use crate::codelets::schedule::{bruck_alltoall_slots, bruck_alltoall_source};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, packed_buf, unpack};
 use crate::mpi::{self, Alltoall, Comm};
 
@@ -43,6 +43,7 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
     }
     let half = stride * (p as usize).div_ceil(2);
     let (mut outgoing, mut incoming) = (vec![0u8; half], vec![0u8; half]);
+    let mut errors = FirstError::default();
     let mut distance = 1;
     while distance < p {
         let moved = bruck_alltoall_slots(p, distance);
@@ -51,13 +52,13 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
             let at = i as usize * stride;
             outgoing[j * stride..(j + 1) * stride].copy_from_slice(&slots[at..at + stride]);
         }
-        comm.sendrecv(
+        errors.keep(comm.sendrecv(
             &packed_buf(&mut outgoing[..len]),
             (rank + distance) % p,
             &packed_buf(&mut incoming[..len]),
             (rank - distance).rem_euclid(p),
             TAG,
-        )?;
+        ));
         for (j, &i) in moved.iter().enumerate() {
             let at = i as usize * stride;
             slots[at..at + stride].copy_from_slice(&incoming[j * stride..(j + 1) * stride]);
@@ -65,10 +66,10 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
         distance <<= 1;
     }
     for (i, slot) in slots.chunks_exact(stride).enumerate() {
-        unpack(
+        errors.keep(unpack(
             slot,
             &block(&recv, bruck_alltoall_source(p, rank, i as i32)),
-        )?;
+        ));
     }
-    Ok(())
+    errors.result()
 }

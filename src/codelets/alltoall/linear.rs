@@ -2,7 +2,7 @@
 //! MPI_Waitall. Lets the network overlap everything; floods it for large communicators.
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
 
@@ -22,16 +22,23 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
         return Ok(());
     };
     let mut requests = Requests::new(0);
+    let mut errors = FirstError::default();
     // Receives first, so that most messages find theirs posted; both in distance order so that
     // everyone starts with its nearest neighbours rather than all with rank 0.
     for s in 1..p {
         let from = (rank - s).rem_euclid(p);
-        requests.push(comm.irecv(&blocks.recv(from), from, TAG)?);
+        if let Some(r) = errors.keep(comm.irecv(&blocks.recv(from), from, TAG)) {
+            requests.push(r);
+        }
     }
     for s in 1..p {
         let to = (rank + s) % p;
-        requests.push(comm.isend(&blocks.send(to), to, TAG)?);
+        if let Some(r) = errors.keep(comm.isend(&blocks.send(to), to, TAG)) {
+            requests.push(r);
+        }
     }
-    blocks.keep_own(rank)?;
-    requests.waitall()
+    errors.keep(blocks.keep_own(rank));
+    // MPI_Waitall completes every request, failed ones included.
+    errors.keep(requests.waitall());
+    errors.result()
 }

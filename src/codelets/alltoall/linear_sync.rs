@@ -9,7 +9,7 @@
 //! its order, so at least one of them has a smaller distance, a contradiction.
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
 
@@ -47,17 +47,28 @@ fn run(call: &Alltoall, comm: &Comm, in_flight: usize) -> MpiResult {
             comm.isend(&blocks.send(to), to, TAG)
         }
     };
+    let mut errors = FirstError::default();
+    // Fills `slot` with the next operation that could be posted; false when none is left.
+    let mut refill = |slots: &mut Requests, slot: usize, next: &mut usize| {
+        while *next < total {
+            *next += 1;
+            if let Some(request) = errors.keep(post(*next - 1)) {
+                slots.set(slot, request);
+                return true;
+            }
+        }
+        false
+    };
     let width = in_flight.min(total);
     let mut slots = Requests::new(width);
-    for op in 0..width {
-        slots.set(op, post(op)?);
+    let mut next = 0;
+    for slot in 0..width {
+        refill(&mut slots, slot, &mut next);
     }
-    let mut next = width;
-    while let Some(done) = slots.waitany()? {
-        if next < total {
-            slots.set(done, post(next)?);
-            next += 1;
-        }
+    let mut completed = FirstError::default();
+    while let Some((done, outcome)) = slots.waitany() {
+        completed.keep(outcome);
+        refill(&mut slots, done, &mut next);
     }
-    Ok(())
+    errors.result().and(completed.result())
 }

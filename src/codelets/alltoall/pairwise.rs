@@ -2,7 +2,7 @@
 //! MPI_Sendrecv. One message each way at a time, any communicator size.
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm};
 
@@ -21,10 +21,11 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
     let Some(mut blocks) = Blocks::new(call, rank, p)? else {
         return Ok(());
     };
-    blocks.keep_own(rank)?;
+    let mut errors = FirstError::default();
+    errors.keep(blocks.keep_own(rank));
     for s in 1..p {
         let (to, from) = ((rank + s) % p, (rank - s).rem_euclid(p));
-        comm.sendrecv(&blocks.send(to), to, &blocks.recv(from), from, TAG)?;
+        errors.keep(comm.sendrecv(&blocks.send(to), to, &blocks.recv(from), from, TAG));
     }
-    Ok(())
+    errors.result()
 }

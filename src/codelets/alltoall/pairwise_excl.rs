@@ -3,7 +3,7 @@
 //! where XOR stays inside the communicator).
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm};
 
@@ -22,16 +22,17 @@ fn run(call: &Alltoall, comm: &Comm) -> MpiResult {
     let Some(mut blocks) = Blocks::new(call, rank, p)? else {
         return Ok(());
     };
-    blocks.keep_own(rank)?;
+    let mut errors = FirstError::default();
+    errors.keep(blocks.keep_own(rank));
     for s in 1..p {
         let partner = rank ^ s;
-        comm.sendrecv(
+        errors.keep(comm.sendrecv(
             &blocks.send(partner),
             partner,
             &blocks.recv(partner),
             partner,
             TAG,
-        )?;
+        ));
     }
-    Ok(())
+    errors.result()
 }

@@ -1,0 +1,271 @@
+//! Legal programs that once hung or computed wrong results under default tuning (issue 16):
+//! handles freed and reused for other objects, more local variants or signatures than the
+//! library keeps apart, a call MPI rejects inside a codelet, a child forked after MPI_Init.
+//! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
+//! agreement points to every collective); a hang fails the test by its job timeout.
+
+mod common;
+
+use common::{Flavour, Job, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line};
+
+/// Runs `program` with `args` under tuning with `env`, once per setting of
+/// COMMTUNE_HALO_NEIGHBOR, and checks the program's own verdict "<name>: results correct".
+fn tuned(flavour: Flavour, np: usize, program: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
+    let (name, language) = program.split_once('.').expect("a source file");
+    let mut last = None;
+    for neighbor in ["off", "on"] {
+        let dir = scratch(&format!(
+            "never_break_{name}_{language}_{neighbor}_{}",
+            flavour.name()
+        ));
+        let exe = compile(flavour, program, &dir);
+        let mut job = run(flavour, np, &exe, &dir)
+            .args(args)
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_HALO_NEIGHBOR", neighbor);
+        for (k, v) in env {
+            job = job.env(k, v);
+        }
+        let job = job.go();
+        job.assert_success();
+        assert!(
+            job.stdout().contains(&format!("{name}: results correct")),
+            "neighbor={neighbor}\n{}",
+            job.stdout()
+        );
+        last = Some(job);
+    }
+    last.expect("two runs")
+}
+
+/// COMMTUNE_INJECT_DELAY making `winner` the one undelayed codelet of `op`.
+fn all_but(op: &str, codelets: &[&str], winner: &str) -> String {
+    codelets
+        .iter()
+        .filter(|c| **c != winner)
+        .map(|c| format!("{op}:{c}=5ms"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+const ALLREDUCE: &[&str] = &[
+    "native",
+    "linear",
+    "nonoverlapping",
+    "recursive_doubling",
+    "ring",
+    "rabenseifner",
+    "binomial",
+];
+const ALLTOALL: &[&str] = &[
+    "native",
+    "linear",
+    "linear_sync2",
+    "linear_sync4",
+    "linear_sync8",
+    "pairwise",
+    "pairwise_excl",
+    "bruck",
+];
+
+#[test]
+fn local_variants_on_two_communicators_openmpi() {
+    tuned(OpenMpi, 3, "local_variants_comms.c", &[], &[]);
+}
+
+#[test]
+fn local_variants_on_two_communicators_mpich() {
+    tuned(Mpich, 2, "local_variants_comms.c", &["200"], &[]);
+}
+
+/// Rank 0's datatype handle comes back for a type of another size: the program must say so,
+/// or it tested nothing.
+fn type_reuse(flavour: Flavour, np: usize) {
+    let delays = all_but("alltoall", ALLTOALL, "pairwise");
+    let job = tuned(
+        flavour,
+        np,
+        "type_reuse.c",
+        &[],
+        &[("COMMTUNE_INJECT_DELAY", &delays)],
+    );
+    assert!(
+        !job.stdout().contains("type_reuse: 0 handles reused"),
+        "{}",
+        job.stdout()
+    );
+}
+
+#[test]
+fn freed_datatype_handle_reused_for_another_size_openmpi() {
+    type_reuse(OpenMpi, 3);
+}
+
+#[test]
+fn freed_datatype_handle_reused_for_another_size_mpich() {
+    type_reuse(Mpich, 2);
+}
+
+fn signature_cap(flavour: Flavour, np: usize) {
+    let delays = all_but("alltoall", ALLTOALL, "pairwise");
+    let job = tuned(
+        flavour,
+        np,
+        "signature_cap.c",
+        &[],
+        &[("COMMTUNE_INJECT_DELAY", &delays)],
+    );
+    // Past the limit rank 0's calls are reported together, and still ran the codelet the
+    // tuned key settled on (whichever the loaded machine let win; never native, 5 ms slower).
+    let report = job.report();
+    let line = marker_line("signature_cap.c", "SITE:alltoall");
+    let at_line = |prefix: &str| {
+        common::sites(&report)
+            .iter()
+            .find(|s| {
+                s["line"].as_u64() == Some(line)
+                    && s["signature"].as_str().unwrap().starts_with(prefix)
+            })
+            .unwrap_or_else(|| panic!("no site {prefix}"))
+    };
+    let tuned = at_line("sendcount=4096 sendtype=MPI_INT");
+    let winner = tuned["tuning"]["winner"].as_str().expect("tuned");
+    assert_ne!(winner, "native", "{tuned:#}");
+    let folded = at_line("signatures beyond");
+    assert!(
+        folded["codelets"][winner].as_u64().unwrap_or(0) > 0,
+        "{folded:#}"
+    );
+}
+
+#[test]
+fn one_rank_alone_past_the_signature_limit_openmpi() {
+    signature_cap(OpenMpi, 3);
+}
+
+#[test]
+fn one_rank_alone_past_the_signature_limit_mpich() {
+    signature_cap(Mpich, 2);
+}
+
+/// The commutative operation's site settles on ring; the non-commutative one that gets its
+/// handle must not run it (`program`: C, or Fortran, whose MPI_OP_FREE Open MPI's bindings do
+/// not route through the C entry point). Forced ring must fall back to native for it, call by
+/// call.
+fn op_reuse(flavour: Flavour, np: usize, program: &str) {
+    let delays = all_but("allreduce", ALLREDUCE, "ring");
+    let job = tuned(
+        flavour,
+        np,
+        program,
+        &[],
+        &[("COMMTUNE_INJECT_DELAY", &delays)],
+    );
+    assert!(
+        job.stdout().contains("op_reuse: handle reused"),
+        "{}",
+        job.stdout()
+    );
+    let dir = scratch(&format!("never_break_op_reuse_forced_{}", flavour.name()));
+    let exe = compile(flavour, program, &dir);
+    let job = run(flavour, np, &exe, &dir)
+        .env("COMMTUNE_FORCE", "allreduce=ring")
+        .go();
+    job.assert_success();
+    assert!(
+        job.stdout().contains("op_reuse: results correct"),
+        "{}",
+        job.stdout()
+    );
+    let report = job.report();
+    let site = site_at_line(&report, marker_line(program, "SITE:allreduce"));
+    assert!(site["codelets"]["ring"].as_u64().unwrap() > 0, "{site:#}");
+    assert!(site["codelets"]["native"].as_u64().unwrap() > 0, "{site:#}");
+}
+
+#[test]
+fn user_op_handle_reused_for_a_non_commutative_op_openmpi() {
+    op_reuse(OpenMpi, 3, "op_reuse.c");
+    op_reuse(OpenMpi, 3, "op_reuse.F90");
+}
+
+#[test]
+fn user_op_handle_reused_for_a_non_commutative_op_mpich() {
+    op_reuse(Mpich, 2, "op_reuse.c");
+    op_reuse(Mpich, 2, "op_reuse.F90");
+}
+
+/// (rank, native error class, tool error class) per rank of codelet_error.c.
+fn error_classes(job: &Job) -> Vec<(u32, i64, i64)> {
+    let mut ranks: Vec<(u32, i64, i64)> = job
+        .stdout()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.strip_prefix("codelet_error: rank ")?.split(' ').collect();
+            Some((w[0].parse().ok()?, w[2].parse().ok()?, w[4].parse().ok()?))
+        })
+        .collect();
+    ranks.sort();
+    ranks
+}
+
+/// Every alltoall codelet forced on a call MPI rejects (MPICH 4.0.2 truncates large in-place
+/// MPI_DOUBLE_INT blocks on every rank; Open MPI runs it): every rank returns, with native's
+/// error class. `bruck` moves packed bytes, which MPICH does not truncate: it may succeed.
+fn codelet_error(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("never_break_codelet_error_{}", flavour.name()));
+    let exe = compile(flavour, "codelet_error.c", &dir);
+    for codelet in ALLTOALL {
+        let job = run(flavour, np, &exe, &dir)
+            .env("COMMTUNE_FORCE", &format!("alltoall={codelet}"))
+            .go();
+        job.assert_success();
+        let ranks = error_classes(&job);
+        assert_eq!(
+            ranks.len(),
+            np,
+            "{codelet}: every rank returned\n{}",
+            job.stdout()
+        );
+        for (rank, native, tool) in ranks {
+            assert!(
+                tool == native || (*codelet == "bruck" && tool == 0),
+                "{codelet}: rank {rank} returned class {tool}, native {native}"
+            );
+        }
+    }
+}
+
+#[test]
+fn codelets_return_the_error_mpi_gives_without_waiting_openmpi() {
+    codelet_error(OpenMpi, 3);
+}
+
+#[test]
+fn codelets_return_the_error_mpi_gives_without_waiting_mpich() {
+    codelet_error(Mpich, 3);
+}
+
+/// A child forked by rank 0 exits after the report was written: it must not replace it.
+fn fork_child(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("never_break_fork_child_{}", flavour.name()));
+    let exe = compile(flavour, "fork_child.c", &dir);
+    let job = run(flavour, np, &exe, &dir).go();
+    job.assert_success();
+    assert!(
+        job.stdout().contains("fork_child: child exited (0)"),
+        "{}",
+        job.stdout()
+    );
+    assert_eq!(job.report()["ranks_reporting"], np as u64);
+}
+
+#[test]
+fn forked_child_leaves_the_report_alone_openmpi() {
+    fork_child(OpenMpi, 3);
+}
+
+#[test]
+fn forked_child_leaves_the_report_alone_mpich() {
+    fork_child(Mpich, 2);
+}
