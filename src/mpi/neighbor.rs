@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
+use std::sync::Once;
 
 use mpi_sys as ffi;
 
@@ -65,6 +66,7 @@ impl Comm {
     /// A communicator with the distributed-graph topology `sources` → this rank → `destinations`
     /// (edges in order, repeated peers allowed), ranks kept. Collective.
     pub fn dist_graph(&self, sources: &[c_int], destinations: &[c_int]) -> MpiResult<Graph> {
+        open_topology();
         // MPICH 4.0.2's neighbourhood alltoallw (blocking and not) leaves receive blocks unwritten,
         // or crashes, on a rank with more sources than destinations (a rank with sources only
         // receives nothing at all). So every pair of ranks gets as many edges one way as the
@@ -122,6 +124,36 @@ impl Comm {
 struct Padding {
     sends: usize,
     recvs: usize,
+}
+
+/// Open MPI 4.1 opens its topology framework at the first topology call, and two threads making
+/// their first at once crashed it (in mca_base_var_register, with `neighbor` agreed on two
+/// threads' communicators): the library's first graph is made on MPI_COMM_SELF, which involves no
+/// other rank, by one thread while any other waits.
+fn open_topology() {
+    static OPENED: Once = Once::new();
+    OPENED.call_once(|| {
+        let mut graph = super::comm_self();
+        // SAFETY: a graph without edges on MPI_COMM_SELF (empty arrays are not read); writes one
+        // handle, freed at once.
+        let made = unsafe {
+            ffi::PMPI_Dist_graph_create_adjacent(
+                super::comm_self(),
+                0,
+                [0].as_ptr(),
+                ffi::RSMPI_UNWEIGHTED(),
+                0,
+                [0].as_ptr(),
+                ffi::RSMPI_UNWEIGHTED(),
+                ffi::RSMPI_INFO_NULL,
+                0,
+                &mut graph,
+            )
+        };
+        if made == SUCCESS {
+            super::comm_free(graph);
+        }
+    });
 }
 
 /// A distributed-graph communicator of the library's.
