@@ -126,6 +126,9 @@ fn to_report() -> Option<&'static Process> {
 /// MPI_Finalize: every rank is here, so rank 0 can gather the report before MPI goes away; it
 /// writes it once MPI is finalized (`finalized`).
 pub fn finalizing() -> Option<report::Gathered> {
+    if !enabled() {
+        return None;
+    }
     process()?;
     report::gather(to_report()?)
 }
