@@ -5,10 +5,10 @@
 //! target/mpich/release/libcommtune.so (`MPICC=mpicc.mpich cargo build --release --target-dir
 //! target/mpich`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const EXE: &str = env!("CARGO_BIN_EXE_commtune");
 
 fn library(flavour: &str) -> PathBuf {
     let (dir, build) = match flavour {
@@ -31,7 +31,7 @@ fn library(flavour: &str) -> PathBuf {
 
 /// `commtune` with a clean COMMTUNE_* environment and both libraries named explicitly.
 fn commtune(args: &[&str]) -> Command {
-    let mut cmd = Command::new(EXE);
+    let mut cmd = Command::new(common::cli());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("COMMTUNE_") {
             cmd.env_remove(&name);
@@ -245,7 +245,8 @@ fn missing_library_names_the_build_command() {
 #[test]
 fn library_found_next_to_the_executable() {
     // Without COMMTUNE_LIB_*, the cargo layout is searched from the executable's directory.
-    let exe_dir = Path::new(EXE).parent().expect("exe dir");
+    let exe = common::cli();
+    let exe_dir = exe.parent().expect("exe dir");
     let mut cmd = commtune(&["run", "--dry-run", "--", "mpirun", "-np", "2", "./prog"]);
     cmd.env_remove("COMMTUNE_LIB_OPENMPI");
     let (output, stdout, stderr) = run(&mut cmd);

@@ -263,7 +263,7 @@ fn commtune_run_profiles_both_mpis() {
     for (flavour, launcher) in [(OpenMpi, "mpirun.openmpi"), (Mpich, "mpiexec.mpich")] {
         let dir = scratch(&format!("cli_run_{}", flavour.name()));
         let exe = compile(flavour, "known_calls.c", &dir);
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commtune"));
+        let mut cmd = std::process::Command::new(common::cli());
         cmd.args([
             "run", "--mode", "profile", "--report", "cli.json", "--", launcher, "-np", "2",
         ])

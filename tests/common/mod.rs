@@ -30,6 +30,24 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The `commtune` command of the same build profile as this test (crates/cli, another package
+/// of the workspace: `cargo test --workspace` and scripts/build build it).
+pub fn cli() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test>
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .join("commtune");
+    assert!(
+        path.exists(),
+        "{} is missing: build the CLI first (scripts/build, or cargo build --workspace)",
+        path.display()
+    );
+    path
+}
+
 impl Flavour {
     pub fn name(self) -> &'static str {
         match self {
