@@ -8,7 +8,7 @@ use std::time::Duration;
 use commtune_report::Op;
 
 use crate::codelets;
-use crate::tuner::{Filter, Search, Settings, Timing};
+use commtune_tune::{Filter, Search, Settings, Timing};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {

@@ -7,43 +7,14 @@ pub mod allgatherv;
 pub mod allreduce;
 pub mod alltoall;
 mod catalogue;
-mod schedule;
 
 use std::ffi::c_int;
 
 use commtune_report::Op;
+use commtune_tune::{Attributes, Partners};
 
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Comm, MPI_Comm};
-
-/// How many partners a rank exchanges data with at a time.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Partners {
-    /// Everyone at once (or a root with everyone).
-    All,
-    /// One partner per step.
-    Pair,
-    /// A tree: a few partners over logarithmically many steps.
-    Tree,
-}
-
-impl Partners {
-    pub fn name(self) -> &'static str {
-        match self {
-            Partners::All => "all",
-            Partners::Pair => "pair",
-            Partners::Tree => "tree",
-        }
-    }
-}
-
-/// What a codelet is like, for attribute-based search and for `commtune codelets`.
-#[derive(Clone, Copy, Debug)]
-pub struct Attributes {
-    pub partners: Partners,
-    /// Built on MPI collectives (native, MPI_Reduce + MPI_Bcast, ...) rather than point-to-point.
-    pub uses_collectives: bool,
-}
 
 /// A condition a call must meet for a codelet to be correct.
 ///

@@ -18,10 +18,13 @@ use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::{CODELETS, NEIGHBOR, neighbor};
-use crate::codelets::{self, Partners};
+use commtune_tune::report::{Progress, Stage, warmup_reason};
+use commtune_tune::stats::Samples;
+use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
+
+use crate::codelets;
 use crate::keys::{Entry, Measured};
 use crate::runtime;
-use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate, samples_of};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -43,7 +46,7 @@ struct Search {
     plan: Plan,
     /// Instances of the current round so far.
     step: usize,
-    samples: Vec<(usize, Vec<f64>)>,
+    samples: Samples,
     misses: u32,
 }
 
@@ -57,10 +60,7 @@ fn id(entry: &Entry) -> usize {
 
 /// Runs of each codelet in a row per round.
 fn repeat() -> usize {
-    match runtime::config().tuning.timing {
-        Timing::Period => 2,
-        Timing::Local | Timing::Barrier => 1,
-    }
+    runtime::config().tuning.timing.repeat()
 }
 
 /// The codelet the next instance of `entry` runs.
@@ -130,12 +130,12 @@ pub fn completed(
             .map(|(at, _)| now.saturating_sub(at)),
         Timing::Local | Timing::Barrier => (ran == chosen).then_some(ticks),
     };
-    let last_of_codelet = search.step % repeat() == repeat() - 1;
+    let last_of_codelet = runtime::config().tuning.timing.samples_at(search.step);
     match sample {
         _ if unchanged => {}
         Some(ticks) if last_of_codelet => {
             search.misses = 0;
-            samples_of(&mut search.samples, chosen).push(ticks as f64);
+            search.samples.of(chosen).push(ticks as f64);
             search.step += 1;
         }
         // The first run of a pair (period timing); the second then measures a whole period.
@@ -177,7 +177,7 @@ impl Search {
         Search {
             plan: Plan::new(config.tuning.search, candidates, config.tuning.samples),
             step: 0,
-            samples: Vec::new(),
+            samples: Samples::default(),
             misses: 0,
         }
     }
@@ -194,8 +194,8 @@ impl Search {
     fn drop_current(&mut self) {
         let at = self.step / repeat();
         self.plan.candidates.remove(at);
-        self.samples
-            .retain(|(c, _)| self.plan.candidates.iter().any(|k| k.index == *c));
+        let candidates = &self.plan.candidates;
+        self.samples.retain(|c| candidates.iter().any(|k| k.index == c));
         self.step = at * repeat();
         self.misses = 0;
     }
@@ -208,7 +208,7 @@ impl Search {
             .plan
             .candidates
             .iter()
-            .map(|c| local_estimate(config.tuning.filter, &self.samples, c.index))
+            .map(|c| self.samples.estimate(config.tuning.filter, c.index))
             .collect();
         match self
             .plan
@@ -230,49 +230,30 @@ pub fn is_settled(entry: &Entry) -> bool {
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
+    let names = codelets::names(Op::Halo);
     let Some(t) = TUNING.get(&id(entry)) else {
-        return TuningData {
-            phase: "warmup".into(),
-            reason: Some(format!(
-                "called 0 times, fewer than COMMTUNE_WARMUP={warmup}"
-            )),
-            winner: None,
+        return Progress {
+            stage: Stage::Warmup,
+            reason: Some(warmup_reason(0, warmup)),
+            plan: None,
             search_instances: 0,
             searches: 0,
-            rounds: 0,
-            codelets: Vec::new(),
-            saved_s: None,
-            saving: None,
-        };
+        }
+        .data(&names, ns_per_tick);
     };
-    let (phase, reason) = match (&t.production, &t.search) {
-        (Some(_), _) => ("production", None),
-        (None, Some(_)) => ("search", None),
-        (None, None) => (
-            "warmup",
-            Some(format!(
-                "called {} times, fewer than COMMTUNE_WARMUP={warmup}",
-                t.instances
-            )),
-        ),
+    let stage = match (&t.production, &t.search) {
+        // `neighbor` is chosen by the ranks together, over this rank's own winner.
+        (Some(_), _) if neighbor::chosen(entry) => Stage::Production(NEIGHBOR),
+        (Some(winner), _) => Stage::Production(*winner),
+        (None, Some(_)) => Stage::Search,
+        (None, None) => Stage::Warmup,
     };
-    let plan = t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref());
-    let names = codelets::names(Op::Halo);
-    let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(&names, ns_per_tick));
-    TuningData {
-        phase: phase.into(),
-        reason,
-        winner: if neighbor::chosen(entry) {
-            Some(CODELETS[NEIGHBOR].name.to_string())
-        } else {
-            t.production.map(|w| names[w].to_string())
-        },
+    Progress {
+        stage,
+        reason: (stage == Stage::Warmup).then(|| warmup_reason(t.instances, warmup)),
+        plan: t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref()),
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
-        rounds: plan.map_or(0, |p| p.rounds),
-        codelets,
-        saved_s: None,
-        // Measured per site: `keys::Entry::data`.
-        saving: None,
     }
+    .data(&names, ns_per_tick)
 }

@@ -2,7 +2,7 @@
 //! private communicator per checkpoint, round or drift check, at the same instance on every rank.
 //! Every outcome is computed from the reduced values, so it is the same everywhere.
 
-use super::policy::Agreed;
+use commtune_tune::Agreed;
 use crate::mpi::Comm;
 use crate::mpi::datatype::MpiResult;
 

@@ -19,73 +19,24 @@
 //! calling it in step.
 
 mod agree;
-mod policy;
 mod state;
-mod stats;
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-pub use self::policy::{Agreed, Candidate, Next, Plan, Search};
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget,
 };
-pub use self::state::{KeyTuner, LeakedCell, TunerLink, lock, samples_of};
-pub use self::stats::Filter;
+pub use self::state::{KeyTuner, LeakedCell, TunerLink, lock};
+use commtune_tune::stats::Samples;
+use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
+
 use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Key, Measured};
 use crate::mpi::{self, Comm};
 use crate::say::say;
 use crate::{clock, runtime};
-
-/// How search samples are timed (COMMTUNE_TIMING).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Timing {
-    /// The call's duration on this rank; the decision takes the maximum over ranks.
-    Local,
-    /// As `Local`, after a barrier on the private communicator (worst case; distorts overlap).
-    Barrier,
-    /// From one entry of the key to the next: a whole application iteration. The first sample
-    /// after a codelet switch is discarded, so each codelet runs twice in a row per round.
-    Period,
-}
-
-/// The tuner's knobs.
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub struct Settings {
-    pub search: Search,
-    pub filter: Filter,
-    pub timing: Timing,
-    /// Samples per codelet at most (rounds of the search).
-    pub samples: u32,
-    /// Calls of a key before it may be tuned.
-    pub warmup: u64,
-    /// Largest share of a key's time the search may spend on codelets that are not the best.
-    pub budget: f64,
-    /// A codelet must beat native by more than this fraction of native's time.
-    pub min_gain: f64,
-    /// Instances of a key in production between drift checks.
-    pub drift_interval: u64,
-    /// Relative slow-down of the winner that counts as drift.
-    pub drift_threshold: f64,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            search: Search::Attributes,
-            filter: Filter::Robust { nu: 5.0 },
-            timing: Timing::Local,
-            samples: 8,
-            warmup: 3,
-            budget: 1.0,
-            min_gain: 0.02,
-            drift_interval: 256,
-            drift_threshold: 0.5,
-        }
-    }
-}
 
 /// Production calls timed for the report: one in this many.
 const SAMPLE_EVERY: u64 = 8;
@@ -262,7 +213,7 @@ fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
             if runtime::config().tuning.timing == Timing::Period {
                 s.pending = Some((start, step.codelet, sample));
             } else if sample {
-                s.samples_of(step.codelet).push(ticks as f64);
+                s.samples.of(step.codelet).push(ticks as f64);
             }
         }
         (Phase::Production(p), Measure::Window) => p.window.push(ticks),
@@ -435,7 +386,7 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
         plan,
         schedule,
         position: 0,
-        samples: Vec::new(),
+        samples: Samples::default(),
         spent: Vec::new(),
         pending: None,
     }));
@@ -448,11 +399,7 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
 
 /// One round: every candidate once (twice in a row with period timing, the first discarded).
 fn schedule(plan: &Plan) -> Vec<usize> {
-    let repeat = if runtime::config().tuning.timing == Timing::Period {
-        2
-    } else {
-        1
-    };
+    let repeat = runtime::config().tuning.timing.repeat();
     plan.candidates
         .iter()
         .flat_map(|c| std::iter::repeat_n(c.index, repeat))
@@ -468,14 +415,14 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
         return Step::native(Measure::Timed);
     };
     if let Some((start, codelet, true)) = s.pending.take() {
-        s.samples_of(codelet).push(now.saturating_sub(start) as f64);
+        s.samples.of(codelet).push(now.saturating_sub(start) as f64);
     }
     if s.position == s.schedule.len() {
         let local: Vec<Agreed> = s
             .plan
             .candidates
             .iter()
-            .map(|c| local_estimate(settings.filter, &s.samples, c.index))
+            .map(|c| s.samples.estimate(settings.filter, c.index))
             .collect();
         let wasted = wasted_share(s, key.ticks);
         let next = match comm.private.map(|p| agree::round(&p, &local, wasted)) {
@@ -519,7 +466,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
     }
     let codelet = s.schedule[s.position];
     // With period timing the first of the two instances only ends the previous codelet's sample.
-    let sample = settings.timing != Timing::Period || s.position % 2 == 1;
+    let sample = settings.timing.samples_at(s.position);
     s.position += 1;
     key.searched += 1;
     Step {
@@ -564,22 +511,6 @@ fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> Stri
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// This rank's estimate of a codelet from its samples (per codelet): typical time and its
-/// standard error.
-pub fn local_estimate(filter: Filter, samples: &[(usize, Vec<f64>)], codelet: usize) -> Agreed {
-    let samples = samples
-        .iter()
-        .find(|(i, _)| *i == codelet)
-        .map_or(&[][..], |(_, v)| v.as_slice());
-    match stats::estimate(filter, samples) {
-        Some(e) => Agreed {
-            location: e.location,
-            error: e.spread / (samples.len() as f64).sqrt(),
-        },
-        None => Agreed::default(),
-    }
 }
 
 /// Share of the key's time spent on codelets other than the current leader.

@@ -14,7 +14,9 @@ use commtune_report::TuningData;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use super::policy::Plan;
+use commtune_tune::Plan;
+use commtune_tune::report::{Progress, Stage, warmup_reason};
+use commtune_tune::stats::Samples;
 use crate::mpi::{Comm, HandleBits, MPI_Comm};
 use crate::runtime;
 
@@ -242,36 +244,28 @@ impl KeyTuner {
         let key = lock(&self.state);
         let instances = self.instances.load(Ordering::Relaxed);
         let warmup = runtime::config().tuning.warmup;
-        let (phase, winner) = match &key.phase {
-            Phase::Warmup => ("warmup", None),
-            Phase::Searching(_) => ("search", None),
-            Phase::Production(p) => ("production", Some(p.winner)),
-            Phase::Untuned => ("untuned", None),
+        let stage = match &key.phase {
+            Phase::Warmup => Stage::Warmup,
+            Phase::Searching(_) => Stage::Search,
+            Phase::Production(p) => Stage::Production(p.winner),
+            Phase::Untuned => Stage::Untuned,
         };
         let reason = key.reason.map(String::from).or_else(|| match key.phase {
-            Phase::Warmup if instances < warmup => Some(format!(
-                "called {instances} times, fewer than COMMTUNE_WARMUP={warmup}"
-            )),
+            Phase::Warmup if instances < warmup => Some(warmup_reason(instances, warmup)),
             Phase::Warmup => Some(no_checkpoint(&key, instances, warmup)),
             _ => None,
         });
-        let plan = match &key.phase {
-            Phase::Searching(s) => Some(&s.plan),
-            _ => key.decided.as_ref(),
-        };
-        let codelets = plan.map_or_else(Vec::new, |p| p.report_estimates(names, ns_per_tick));
-        TuningData {
-            phase: phase.to_string(),
+        Progress {
+            stage,
             reason,
-            winner: winner.map(|w| names[w].to_string()),
+            plan: match &key.phase {
+                Phase::Searching(s) => Some(&s.plan),
+                _ => key.decided.as_ref(),
+            },
             search_instances: key.searched,
             searches: key.searches,
-            rounds: plan.map_or(0, |p| p.rounds),
-            codelets,
-            saved_s: None,
-            // Measured per site: `keys::Entry::data`.
-            saving: None,
         }
+        .data(names, ns_per_tick)
     }
 }
 
@@ -358,30 +352,14 @@ pub struct SearchState {
     pub schedule: Vec<usize>,
     pub position: usize,
     /// Samples per registry index.
-    pub samples: Vec<(usize, Vec<f64>)>,
+    pub samples: Samples,
     /// Ticks spent per registry index (for the budget).
     pub spent: Vec<(usize, u64)>,
     /// Period timing: the instance waiting for the next entry to end its sample.
     pub pending: Option<(u64, usize, bool)>,
 }
 
-/// The samples of `codelet` in a search's per-codelet samples, added if it has none yet.
-pub fn samples_of(samples: &mut Vec<(usize, Vec<f64>)>, codelet: usize) -> &mut Vec<f64> {
-    let at = match samples.iter().position(|(i, _)| *i == codelet) {
-        Some(at) => at,
-        None => {
-            samples.push((codelet, Vec::new()));
-            samples.len() - 1
-        }
-    };
-    &mut samples[at].1
-}
-
 impl SearchState {
-    pub fn samples_of(&mut self, codelet: usize) -> &mut Vec<f64> {
-        samples_of(&mut self.samples, codelet)
-    }
-
     pub fn add_spent(&mut self, codelet: usize, ticks: u64) {
         match self.spent.iter_mut().find(|(i, _)| *i == codelet) {
             Some((_, t)) => *t += ticks,

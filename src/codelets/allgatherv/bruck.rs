@@ -4,8 +4,9 @@
 //! the final rotation of the textbook version is not needed.
 
 use super::exchange;
-use crate::codelets::schedule::bruck_allgather;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::bruck_allgather;
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
 

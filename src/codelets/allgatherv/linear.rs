@@ -5,7 +5,8 @@
 use std::ffi::c_int;
 
 use super::{Gathered, start};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, copy};
 use crate::mpi::{self, Allgatherv, Comm};
 

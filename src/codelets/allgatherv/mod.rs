@@ -17,7 +17,7 @@ use std::ffi::c_int;
 
 use commtune_report::Op;
 
-use super::schedule::Exchange;
+use commtune_tune::schedule::Exchange;
 use super::{Codelet, Facts, FirstError, Operation, native};
 use crate::mpi::datatype::{Buf, Indexed, MpiResult, copy};
 use crate::mpi::{self, Allgatherv, Comm, MPI_Comm};

@@ -4,8 +4,9 @@
 //! received in the step before, so p/2 steps suffice (half of `ring`'s). Even sizes only.
 
 use super::exchange;
-use crate::codelets::schedule::neighbor_exchange_allgather;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::neighbor_exchange_allgather;
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
 

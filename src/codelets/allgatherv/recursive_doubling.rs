@@ -3,8 +3,9 @@
 //! data doubles every step. Power-of-two sizes only.
 
 use super::exchange;
-use crate::codelets::schedule::recursive_doubling_allgather;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::recursive_doubling_allgather;
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
 

@@ -3,8 +3,9 @@
 //! each way: good for large blocks.
 
 use super::exchange;
-use crate::codelets::schedule::ring_allgather;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::ring_allgather;
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
 

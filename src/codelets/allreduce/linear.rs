@@ -2,7 +2,8 @@
 //! the result back to each rank (ADCL's own reduce + broadcast).
 
 use super::{TAG, combine_higher, start};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch};
 use crate::mpi::{Allreduce, Comm};
 

@@ -17,7 +17,7 @@ use std::ffi::c_int;
 
 use commtune_report::Op;
 
-use super::schedule::Fold;
+use commtune_tune::schedule::Fold;
 use super::{Codelet, Facts, Operation, native};
 use crate::mpi::datatype::{Buf, MpiResult, copy, is_commutative, reduce_local};
 use crate::mpi::{self, Allreduce, Comm, MPI_Comm, MPI_Op};

@@ -1,7 +1,8 @@
 //! `nonoverlapping`: the MPI library's MPI_Reduce to rank 0 followed by its MPI_Bcast.
 
 use super::start;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult};
 use crate::mpi::{Allreduce, Comm};
 

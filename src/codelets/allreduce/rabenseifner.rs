@@ -4,8 +4,9 @@
 //! operations only.
 
 use super::{TAG, fold_in, fold_out, start};
-use crate::codelets::schedule::{Fold, segment};
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::{Fold, segment};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, reduce_local};
 use crate::mpi::{Allreduce, Comm};
 

@@ -4,8 +4,9 @@
 //! operations only.
 
 use super::{TAG, start};
-use crate::codelets::schedule::segment;
-use crate::codelets::{Attributes, Codelet, Partners, Requirement};
+use commtune_tune::schedule::segment;
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch, reduce_local};
 use crate::mpi::{Allreduce, Comm};
 

@@ -2,7 +2,8 @@
 //! MPI_Waitall. Lets the network overlap everything; floods it for large communicators.
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
 

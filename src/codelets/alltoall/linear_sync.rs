@@ -9,7 +9,8 @@
 //! its order, so at least one of them has a smaller distance, a contradiction.
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
 

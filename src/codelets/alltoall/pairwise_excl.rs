@@ -3,7 +3,8 @@
 //! where XOR stays inside the communicator).
 
 use super::{Blocks, TAG};
-use crate::codelets::{Attributes, Codelet, FirstError, Partners, Requirement};
+use commtune_tune::{Attributes, Partners};
+use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm};
 

@@ -20,16 +20,16 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, LazyLock};
 
 use commtune_report::Op;
+use commtune_tune::edges::{self, Message};
+use commtune_tune::stats;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use super::edges::{self, Message};
 use super::{Expected, Schedule};
 use crate::config::Mode;
 use crate::halo::{NEIGHBOR, episode, tuning};
 use crate::keys::Entry;
 use crate::mpi::{self, Comm, HandleBits, MPI_Comm, PointToPointKind};
-use crate::tuner::local_estimate;
 use crate::{clock, runtime};
 
 /// Consecutive instances of an episode before a rank proposes it.
@@ -509,8 +509,7 @@ fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype
     // Every rank agreed to this trial, so each has its record; a missing one counts as broken
     // rather than leaving the reduction below to the others.
     let estimate = |samples: &[f64]| {
-        let samples = [(NEIGHBOR, samples.to_vec())];
-        local_estimate(config.tuning.filter, &samples, NEIGHBOR).location
+        stats::estimate(config.tuning.filter, samples).map_or(0.0, |e| e.location)
     };
     let (fewest, neighbor, own, broken) = USES.get(&id(entry)).map_or((0, 0.0, 0.0, true), |u| {
         let fewest = u.samples.len().min(u.own_samples.len());

@@ -12,7 +12,6 @@
 //! collective wait for it; see the requirements).
 
 mod agree;
-mod edges;
 
 pub use agree::{at_collective, chosen, closed, eligibility, may_agree, sample};
 

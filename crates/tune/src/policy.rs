@@ -5,7 +5,7 @@
 
 use commtune_report::CodeletEstimate;
 
-use crate::codelets::Partners;
+use crate::attributes::Partners;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Search {

@@ -6,6 +6,8 @@
 //! bulk are what a noisy machine adds and must go; a second mode close to the first (systematic
 //! congestion caused by the codelet itself) is part of the codelet's cost and must stay.
 
+use crate::policy::Agreed;
+
 /// Which estimator, with its parameters (COMMTUNE_FILTER and friends).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Filter {
@@ -135,6 +137,46 @@ fn robust(xs: &[f64], nu: f64) -> Estimate {
     Estimate {
         location: mu,
         spread,
+    }
+}
+
+/// One rank's samples of each codelet of a search (by registry index).
+#[derive(Default, Debug)]
+pub struct Samples(Vec<(usize, Vec<f64>)>);
+
+impl Samples {
+    /// The samples of `codelet`, to add to.
+    pub fn of(&mut self, codelet: usize) -> &mut Vec<f64> {
+        let at = match self.0.iter().position(|(i, _)| *i == codelet) {
+            Some(at) => at,
+            None => {
+                self.0.push((codelet, Vec::new()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    /// Keeps the samples of the codelets `keep` selects.
+    pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        self.0.retain(|(c, _)| keep(*c));
+    }
+
+    /// This rank's estimate of `codelet`: typical time and its standard error (zero without
+    /// samples).
+    pub fn estimate(&self, filter: Filter, codelet: usize) -> Agreed {
+        let samples = self
+            .0
+            .iter()
+            .find(|(i, _)| *i == codelet)
+            .map_or(&[][..], |(_, v)| v.as_slice());
+        match estimate(filter, samples) {
+            Some(e) => Agreed {
+                location: e.location,
+                error: e.spread / (samples.len() as f64).sqrt(),
+            },
+            None => Agreed::default(),
+        }
     }
 }
 
@@ -273,4 +315,18 @@ mod tests {
             assert!((three - 11.0).abs() < 1e-9, "{f:?}: {three}");
         }
     }
+
+    #[test]
+    fn samples_estimate_each_codelet_apart() {
+        let mut samples = Samples::default();
+        samples.of(2).extend([10.0, 10.0, 10.0, 10.0]);
+        samples.of(0).extend([4.0, 4.0]);
+        let filter = Filter::Robust { nu: 5.0 };
+        assert_eq!(samples.estimate(filter, 2).location, 10.0);
+        assert_eq!(samples.estimate(filter, 0).location, 4.0);
+        assert_eq!(samples.estimate(filter, 1), Agreed::default());
+        samples.retain(|c| c != 2);
+        assert_eq!(samples.estimate(filter, 2), Agreed::default());
+    }
+
 }

@@ -1,0 +1,25 @@
+//! The pure part of commtune's tuning: everything that decides without talking to MPI, so that it
+//! can be tested (and replayed) on its own. The library feeds it numbers that every rank has alike
+//! and gets the same decisions back on every rank.
+//!
+//! - `stats`: estimators of a codelet's typical time from one rank's samples.
+//! - `policy`: search policies (which codelets stay in the race after a round, when to decide).
+//! - `settings`: the tuner's knobs as values, and how samples are timed.
+//! - `attributes`: what a codelet is like (its partners, whether it uses MPI collectives).
+//! - `schedule`: who exchanges which blocks with whom in the collective algorithms.
+//! - `edges`: which graph edge carries each message of a halo episode run as one neighbourhood
+//!   collective.
+//! - `report`: the report's view of a key's tuning, built the same way for every tuner.
+
+pub mod attributes;
+pub mod edges;
+pub mod policy;
+pub mod report;
+pub mod schedule;
+pub mod settings;
+pub mod stats;
+
+pub use attributes::{Attributes, Partners};
+pub use policy::{Agreed, Candidate, Next, Plan, Search};
+pub use settings::{Settings, Timing};
+pub use stats::Filter;

@@ -1,0 +1,83 @@
+//! The tuner's knobs as values (parsed from COMMTUNE_* by the library's configuration), and how
+//! search samples are timed.
+
+use crate::policy::Search;
+use crate::stats::Filter;
+
+/// How search samples are timed (COMMTUNE_TIMING).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Timing {
+    /// The call's duration on this rank; the decision takes the maximum over ranks.
+    Local,
+    /// As `Local`, after a barrier on the private communicator (worst case; distorts overlap).
+    Barrier,
+    /// From one entry of the key to the next: a whole application iteration. The first sample
+    /// after a codelet switch is discarded, so each codelet runs twice in a row per round.
+    Period,
+}
+
+impl Timing {
+    /// Instances in a row each codelet runs per round: with period timing the first only ends
+    /// the previous codelet's period, the second is the sample.
+    pub fn repeat(self) -> usize {
+        match self {
+            Timing::Period => 2,
+            Timing::Local | Timing::Barrier => 1,
+        }
+    }
+
+    /// Whether the run at `position` of a round's schedule (each codelet `repeat()` times in a
+    /// row) gives a sample.
+    pub fn samples_at(self, position: usize) -> bool {
+        position % self.repeat() == self.repeat() - 1
+    }
+}
+
+/// The tuner's knobs.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct Settings {
+    pub search: Search,
+    pub filter: Filter,
+    pub timing: Timing,
+    /// Samples per codelet at most (rounds of the search).
+    pub samples: u32,
+    /// Calls of a key before it may be tuned.
+    pub warmup: u64,
+    /// Largest share of a key's time the search may spend on codelets that are not the best.
+    pub budget: f64,
+    /// A codelet must beat native by more than this fraction of native's time.
+    pub min_gain: f64,
+    /// Instances of a key in production between drift checks.
+    pub drift_interval: u64,
+    /// Relative slow-down of the winner that counts as drift.
+    pub drift_threshold: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            search: Search::Attributes,
+            filter: Filter::Robust { nu: 5.0 },
+            timing: Timing::Local,
+            samples: 8,
+            warmup: 3,
+            budget: 1.0,
+            min_gain: 0.02,
+            drift_interval: 256,
+            drift_threshold: 0.5,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn period_timing_samples_every_second_run() {
+        let sampled: Vec<bool> = (0..4).map(|p| Timing::Period.samples_at(p)).collect();
+        assert_eq!(sampled, [false, true, false, true]);
+        assert!((0..4).all(|p| Timing::Local.samples_at(p)));
+        assert_eq!(Timing::Barrier.repeat(), 1);
+    }
+}
