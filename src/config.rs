@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use commtune_report::Op;
-
-use crate::codelets;
 use commtune_tune::{Filter, Search, Settings, Timing};
+
+/// The codelet names of each operation, in registry order (the library's registries: this module
+/// only validates against them).
+pub type Names = fn(Op) -> Vec<&'static str>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -145,9 +147,9 @@ pub const KNOBS: &[Knob] = &[
     ),
 ];
 
-/// Parses the COMMTUNE_* variables among `vars`; returns the configuration and one message per
-/// problem found.
-pub fn parse<I, K, V>(vars: I) -> (Config, Vec<String>)
+/// Parses the COMMTUNE_* variables among `vars`, codelets named as in `names`; returns the
+/// configuration and one message per problem found.
+pub fn parse<I, K, V>(vars: I, names: Names) -> (Config, Vec<String>)
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<OsStr>,
@@ -181,13 +183,13 @@ where
             "COMMTUNE_VERBOSE" => set(&mut config.verbose, number(value, 0, 2)),
             "COMMTUNE_FORCE" => {
                 config.force = [None; 4];
-                for (op, index) in codelet_list(name, value, &mut problems, true) {
+                for (op, index) in codelet_list(name, value, names, &mut problems, true) {
                     config.force[op as usize] = Some(index);
                 }
                 true
             }
             "COMMTUNE_EXCLUDE" => {
-                config.exclude = codelet_list(name, value, &mut problems, false);
+                config.exclude = codelet_list(name, value, names, &mut problems, false);
                 true
             }
             "COMMTUNE_HALO_NEIGHBOR" => set(
@@ -220,7 +222,7 @@ where
             }
             "COMMTUNE_DRIFT_THRESHOLD" => set(&mut t.drift_threshold, real(value, |v| v > 0.0)),
             "COMMTUNE_INJECT_DELAY" => {
-                config.delays = delays(value, &mut problems);
+                config.delays = delays(value, names, &mut problems);
                 true
             }
             _ => unreachable!("every knob in KNOBS is parsed above"),
@@ -301,13 +303,13 @@ fn parse_timing(value: &str) -> Option<Timing> {
 const OPERATIONS: [Op; 4] = [Op::Allreduce, Op::Alltoall, Op::Allgatherv, Op::Halo];
 
 /// `op` and the registry index of `codelet`, or a message saying what is wrong.
-fn codelet_of(op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
+fn codelet_of(op_name: &str, codelet: &str, names: Names) -> Result<(Op, usize), String> {
     let Some(op) = OPERATIONS.into_iter().find(|o| o.name() == op_name) else {
         return Err(format!(
             "unknown operation `{op_name}` (operations: allreduce, alltoall, allgatherv, halo)"
         ));
     };
-    let names = codelets::names(op);
+    let names = names(op);
     match names.iter().position(|n| *n == codelet) {
         Some(index) => Ok((op, index)),
         None => Err(format!(
@@ -322,6 +324,7 @@ fn codelet_of(op_name: &str, codelet: &str) -> Result<(Op, usize), String> {
 fn codelet_list(
     knob: &str,
     value: &str,
+    names: Names,
     problems: &mut Vec<String>,
     one_per_op: bool,
 ) -> Vec<(Op, usize)> {
@@ -329,7 +332,7 @@ fn codelet_list(
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = match item.split_once('=') {
             None => Err(format!("`{item}` is not op=codelet")),
-            Some((op, codelet)) => codelet_of(op.trim(), codelet.trim()),
+            Some((op, codelet)) => codelet_of(op.trim(), codelet.trim(), names),
         };
         match parsed {
             Ok((_, 0)) if !one_per_op => problems.push(format!(
@@ -348,7 +351,7 @@ fn codelet_list(
 }
 
 /// `allreduce:native=300us,alltoall:bruck=1ms@200`.
-fn delays(value: &str, problems: &mut Vec<String>) -> Vec<Delay> {
+fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
     let mut list = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = item
@@ -356,7 +359,7 @@ fn delays(value: &str, problems: &mut Vec<String>) -> Vec<Delay> {
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
             .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
             .and_then(|((op, codelet), when)| {
-                let (op, codelet) = codelet_of(op.trim(), codelet.trim())?;
+                let (op, codelet) = codelet_of(op.trim(), codelet.trim(), names)?;
                 let (duration, after) = match when.split_once('@') {
                     Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
                     None => (when, 0),
@@ -411,8 +414,27 @@ fn is_launcher_variable(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The registries' names, as the library's codelets module gives them.
+    fn names(op: Op) -> Vec<&'static str> {
+        match op {
+            Op::Allreduce => vec!["native", "linear", "ring"],
+            Op::Alltoall => vec!["native", "linear", "bruck"],
+            Op::Allgatherv => vec!["native", "ring"],
+            Op::Halo => vec!["native", "persistent", "neighbor"],
+        }
+    }
+
     fn index(op: Op, name: &str) -> usize {
-        codelets::names(op).iter().position(|n| *n == name).unwrap()
+        names(op).iter().position(|n| *n == name).unwrap()
+    }
+
+    fn parse<I, K, V>(vars: I) -> (Config, Vec<String>)
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        super::parse(vars, names)
     }
 
     #[test]

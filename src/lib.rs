@@ -24,5 +24,5 @@ mod tuner;
 
 #[ctor::ctor(unsafe)]
 fn load() {
-    runtime::load();
+    interpose::load();
 }

@@ -1,10 +1,25 @@
-//! MPI_Init, MPI_Init_thread, MPI_Finalize, MPI_Abort and MPI_Op_free.
+//! The library's life in the process: loading (in every process it is preloaded into, launchers
+//! included), MPI_Init and MPI_Init_thread, MPI_Finalize (the report), MPI_Abort (this rank's
+//! partial report), the exit of a process that never finalized (the fallback report), and
+//! MPI_Op_free (operations have no attribute to watch).
 
 use std::ffi::{c_char, c_int};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use crate::keys::{self, Handle};
 use crate::mpi::{HandleBits, MPI_Comm, MPI_Op};
-use crate::{halo, mpi, runtime};
+use crate::say::say;
+use crate::{codelets, config, halo, mpi, report, runtime};
+
+/// Called by the library constructor, in every process the library is loaded into (launchers
+/// and proxies too, which never initialise MPI).
+pub fn load() {
+    mpi::refuse_other_mpi();
+    let (config, problems) = config::parse(std::env::vars_os(), codelets::names);
+    runtime::set_config(config, problems);
+    mpi::at_exit(at_exit);
+}
 
 /// MPI_Init (`required` < 0) or MPI_Init_thread.
 #[unsafe(no_mangle)]
@@ -19,8 +34,10 @@ pub extern "C" fn commtune_init(
     } else {
         mpi::init_thread(argc, argv, required, provided)
     };
-    if rc == mpi::SUCCESS && runtime::enabled() {
-        runtime::initialized();
+    // Every rank is inside MPI_Init: the private duplicate of MPI_COMM_WORLD that the at-exit
+    // fallback needs is made now (collective).
+    if rc == mpi::SUCCESS && runtime::enabled() && runtime::started().is_some() {
+        let _ = mpi::private_comm(mpi::comm_world());
     }
     rc
 }
@@ -31,20 +48,56 @@ pub extern "C" fn commtune_finalize() -> c_int {
     if runtime::enabled() {
         halo::finalizing();
     }
-    let gathered = runtime::finalizing();
+    // Every rank is here, so rank 0 gathers the report before MPI goes away, and writes it once
+    // MPI is finalized.
+    let gathered = if runtime::enabled() && runtime::process().is_some() {
+        runtime::to_report().and_then(report::gather)
+    } else {
+        None
+    };
     let rc = mpi::finalize();
-    runtime::finalized(gathered);
+    if let (Some(gathered), Some(process)) = (gathered, runtime::process()) {
+        gathered.publish(process, runtime::config());
+    }
     rc
 }
 
-/// MPI_Abort: this rank's report first (without communication, and waiting for it a bounded
-/// time only), then the abort.
+/// How long MPI_Abort waits for this rank's report at most.
+const ABORT_PATIENCE: Duration = Duration::from_secs(2);
+
+/// MPI_Abort: this rank writes what it measured, marked partial with the abort code, then the
+/// abort goes on. No communication (the other ranks may be anywhere), and the abort never waits
+/// long: the report is written by a helper thread, given at most `ABORT_PATIENCE` (a lock held by
+/// the thread whose MPI call failed, or by a thread blocked in MPI, must not hold the abort up).
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_abort(comm: MPI_Comm, code: c_int) -> c_int {
-    if runtime::enabled() {
-        runtime::aborting(code);
+    if runtime::enabled()
+        && runtime::process().is_some()
+        && let Some(process) = runtime::to_report()
+    {
+        let (done, finished) = mpsc::channel();
+        let writer = std::thread::Builder::new()
+            .name("commtune-abort".into())
+            .spawn(move || {
+                report::write_aborted(process, runtime::config(), code);
+                let _ = done.send(());
+            });
+        if writer.is_ok() && finished.recv_timeout(ABORT_PATIENCE).is_err() {
+            say!(
+                "commtune: rank {}: no report: it was not written within {} s of MPI_Abort",
+                process.rank,
+                ABORT_PATIENCE.as_secs()
+            );
+        }
     }
     mpi::abort(comm, code)
+}
+
+/// The fallback when MPI_Finalize was not seen: rank 0 writes what it measured itself.
+extern "C" fn at_exit() {
+    if let Some(process) = runtime::to_report() {
+        report::write_at_exit(process, runtime::config());
+    }
 }
 
 /// MPI_Op_free. Operations have no attributes to hang a delete callback on, so the freeing call

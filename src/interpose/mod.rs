@@ -6,6 +6,8 @@ mod collectives;
 mod completion;
 mod lifecycle;
 
+pub use lifecycle::load;
+
 use std::ffi::c_int;
 
 use crate::codelets::{self, Operation};

@@ -83,20 +83,29 @@ pub fn sees_every_call() -> bool {
     *SEES
 }
 
-/// Err(message) when the process has the other flavour's MPI library loaded: this library would
-/// hand that MPI's handles to its own MPI and crash.
-pub fn check_loaded_mpi() -> Result<(), String> {
+/// Stops the process, with a message that says which build to use, when it has the other
+/// flavour's MPI library loaded: this library would hand that MPI's handles to its own MPI and
+/// crash inside MPI.
+pub fn refuse_other_mpi() {
     let other = Flavour::BUILT.other();
     if is_loaded(other.soname()) {
-        Err(format!(
+        crate::say::say!(
             "commtune: this libcommtune.so was built for {} but the program uses {} ({}). \
              Preload the {} build instead, or start the job with `commtune run`, which picks it.",
             Flavour::BUILT.name(),
             other.name(),
             other.soname().to_string_lossy(),
             other.name(),
-        ))
-    } else {
-        Ok(())
+        );
+        // SAFETY: terminating the process: nothing of the application has run yet, or can run
+        // safely, with the wrong MPI's handles.
+        unsafe { libc::_exit(1) }
     }
+}
+
+/// Calls `handler` when the process exits (atexit; a handler that cannot be registered, for
+/// lack of memory, is simply not called).
+pub fn at_exit(handler: extern "C" fn()) {
+    // SAFETY: registers a plain function with no arguments.
+    unsafe { libc::atexit(handler) };
 }
