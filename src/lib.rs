@@ -20,6 +20,7 @@ mod report;
 mod runtime;
 mod say;
 mod site;
+mod sync;
 mod tuner;
 
 #[ctor::ctor(unsafe)]

@@ -38,8 +38,13 @@ fn sources() -> Vec<Source> {
             let children = text
                 .lines()
                 .filter_map(|l| {
-                    let l = l.trim().trim_start_matches("pub ").trim_start_matches("pub(crate) ");
-                    l.strip_prefix("mod ")?.strip_suffix(';').map(str::to_string)
+                    let l = l
+                        .trim()
+                        .trim_start_matches("pub ")
+                        .trim_start_matches("pub(crate) ");
+                    l.strip_prefix("mod ")?
+                        .strip_suffix(';')
+                        .map(str::to_string)
                 })
                 .collect();
             Source {
@@ -175,7 +180,13 @@ fn inline_paths(text: &str) -> Vec<Vec<String>> {
     for word in words {
         let parts: Vec<&str> = word.split("::").collect();
         if parts.len() > 1 && matches!(parts[0], "crate" | "super" | "self") {
-            paths.push(parts.iter().filter(|p| !p.is_empty()).map(|p| p.to_string()).collect());
+            paths.push(
+                parts
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.to_string())
+                    .collect(),
+            );
         }
     }
     paths
@@ -371,5 +382,8 @@ fn modules_form_layers_without_cycles() {
 fn use_trees_expand_to_every_path() {
     let paths = use_paths("crate::{a, b::{c, d as e}, f::*}");
     let names: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
-    assert_eq!(names, ["crate::a", "crate::b::c", "crate::b::d", "crate::f"]);
+    assert_eq!(
+        names,
+        ["crate::a", "crate::b::c", "crate::b::d", "crate::f"]
+    );
 }

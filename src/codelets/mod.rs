@@ -200,17 +200,3 @@ pub fn inject_delay<C: Operation>(call: &C, delay: std::time::Duration) {
         let _ = comm.barrier();
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_registry_fits_the_per_key_counters() {
-        for op in [Op::Allreduce, Op::Alltoall, Op::Allgatherv] {
-            let names = names(op);
-            assert!(names.len() <= crate::keys::MAX_CODELETS, "{op:?}");
-            assert_eq!(names[0], "native", "{op:?}: native comes first");
-        }
-    }
-}

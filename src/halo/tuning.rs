@@ -195,7 +195,8 @@ impl Search {
         let at = self.step / repeat();
         self.plan.candidates.remove(at);
         let candidates = &self.plan.candidates;
-        self.samples.retain(|c| candidates.iter().any(|k| k.index == c));
+        self.samples
+            .retain(|c| candidates.iter().any(|k| k.index == c));
         self.step = at * repeat();
         self.misses = 0;
     }

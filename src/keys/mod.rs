@@ -14,21 +14,21 @@ pub use table::Table;
 
 use self::estimate::Moments;
 
+use std::any::Any;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use commtune_report::{KeyData, Op, Saving, SiteData, TuningData};
 use dashmap::DashMap;
 use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
-use crate::config::Mode;
 use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Op};
+use crate::runtime;
 use crate::say::say;
 use crate::site::{self, Caller, SiteRef};
-use crate::tuner::{KeyTuner, LeakedCell};
-use crate::{codelets, runtime, tuner};
+use crate::sync::{LeakedCell, lock};
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
 /// and counts (process-local values; `Entry` holds their cross-rank description).
@@ -151,7 +151,9 @@ pub struct Key {
     /// The agreed identity: `(op, Description::agree)` hashed; what checkpoints compare, and the
     /// tuner of the key on its communicator.
     agree_hash: AtomicU64,
-    pub tuner: tuner::TunerLink,
+    /// What the tuner keeps with the key (its own type: this measurement store imports nothing
+    /// above it). It checks the link against `agree_hash` at each call.
+    pub tuner: OnceLock<&'static (dyn Any + Send + Sync)>,
 }
 
 impl Key {
@@ -170,7 +172,8 @@ impl Key {
     }
 
     /// Describes the key again after one of its handles was freed; a changed description moves
-    /// it to its new entry and agreed identity (and its tuner link forgets the old one).
+    /// it to its new entry and agreed identity (the tuner then finds its link stale: it links
+    /// by agreed identity).
     #[cold]
     fn refresh(&'static self, describe: impl FnOnce(SiteRef) -> Description) -> &'static Entry {
         self.stale.store(false, Ordering::SeqCst);
@@ -182,7 +185,6 @@ impl Key {
             entry = site_entry(self.call, description, agree_hash);
             self.described.set(entry);
             self.agree_hash.store(agree_hash, Ordering::Relaxed);
-            self.tuner.current.clear();
         }
         depend(self, &handles, true);
         self.current.set(entry);
@@ -257,8 +259,6 @@ pub struct Entry {
     /// The entry of a site's signatures beyond `MAX_SIGNATURES`: its calls have many agreed
     /// identities, so it shows no tuning of its own.
     folded: bool,
-    /// The tuner of the entry's latest call, for the report (set off the settled path).
-    pub reported: LeakedCell<KeyTuner>,
     /// Calls per codelet (registry index), counted without a lock.
     calls: [AtomicU64; MAX_CODELETS],
     stats: Mutex<Stats>,
@@ -358,11 +358,10 @@ impl Entry {
         self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// The report shows `tuner`'s tuning for this entry (a folded entry shows none).
-    pub fn report_tuner(&self, tuner: &'static KeyTuner) {
-        if !self.folded {
-            self.reported.set(tuner);
-        }
+    /// Whether this is a site's entry of its signatures beyond `MAX_SIGNATURES`: its calls have
+    /// many agreed identities, so it shows no tuning of its own.
+    pub fn is_folded(&self) -> bool {
+        self.folded
     }
 
     /// Adds a remark for the report (once per distinct text).
@@ -373,19 +372,14 @@ impl Entry {
         }
     }
 
-    fn tuning(&self, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
-        let config = runtime::config();
-        if config.mode != Mode::Tune || config.forced(self.op).is_some() || self.folded {
-            return None;
-        }
-        match self.op {
-            Op::Halo => Some(crate::halo::tuning_report(self, ns_per_tick)),
-            _ => Some(self.reported.get()?.report(names, ns_per_tick)),
-        }
-    }
-
-    /// The key's data for the report, with durations converted to nanoseconds.
-    pub fn data(&self, ns_per_tick: f64) -> KeyData {
+    /// The key's data for the report, with durations converted to nanoseconds: `names` are the
+    /// operation's codelets, `tuning` what its tuner says of it (if tuned).
+    pub fn data(
+        &self,
+        ns_per_tick: f64,
+        names: &[&str],
+        mut tuning: Option<TuningData>,
+    ) -> KeyData {
         let s = self
             .stats
             .lock()
@@ -409,10 +403,8 @@ impl Entry {
                 estimate::extrapolate(untimed, &s.sample[c], s.timed[c].mean().or(mean))
             })
             .fold((0.0, 0.0), |(e, h), (ec, hc)| (e + ec, h + hc));
-        let names = codelets::names(self.op);
-        let mut tuning = self.tuning(&names, ns_per_tick);
         if let Some(t) = &mut tuning {
-            t.saving = saving(t, &names, &calls, &s, ns_per_tick);
+            t.saving = saving(t, names, &calls, &s, ns_per_tick);
         }
         KeyData {
             op: self.op,
@@ -565,7 +557,7 @@ fn registered(
             described: LeakedCell::new(entry),
             stale: AtomicBool::new(false),
             agree_hash: AtomicU64::new(agree_hash),
-            tuner: tuner::TunerLink::default(),
+            tuner: OnceLock::new(),
         }))
     });
     match made {
@@ -636,7 +628,6 @@ fn new_entry(key: CallKey, description: Description, folded: bool) -> &'static E
         agree_hash: agree_hash(key.op, &description.agree),
         description,
         folded,
-        reported: LeakedCell::default(),
         calls: Default::default(),
         stats: Mutex::new(Stats {
             min: u64::MAX,
@@ -658,16 +649,25 @@ fn new_entry(key: CallKey, description: Description, folded: bool) -> &'static E
              each call is still tuned with the calls that match it on every rank"
         ));
     }
-    tuner::lock(&ENTRIES).push(entry);
+    lock(&ENTRIES).push(entry);
     entry
 }
 
-/// Every key seen by this process, for the report.
-pub fn all(ns_per_tick: f64) -> Vec<KeyData> {
-    let entries = tuner::lock(&ENTRIES).clone();
-    entries
-        .iter()
-        .map(|e| e.data(ns_per_tick))
-        .filter(|k| k.calls > 0)
-        .collect()
+/// Every entry of this process, for the report.
+pub fn entries() -> Vec<&'static Entry> {
+    lock(&ENTRIES).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registry_fits_the_per_key_counters() {
+        for op in [Op::Allreduce, Op::Alltoall, Op::Allgatherv, Op::Halo] {
+            let names = crate::codelets::names(op);
+            assert!(names.len() <= MAX_CODELETS, "{op:?}");
+            assert_eq!(names[0], "native", "{op:?}: native comes first");
+        }
+    }
 }

@@ -1,26 +1,48 @@
-//! The end-of-run report: every rank's keys gathered to rank 0 on a private communicator at
-//! MPI_Finalize, merged, symbolized, written as JSON and summarised on stderr.
+//! The end-of-run report: every rank's keys (their measurements from `keys`, their tuning from
+//! the tuner or the halo tuning) gathered to rank 0 on a private communicator at MPI_Finalize,
+//! merged, symbolized, written as JSON and summarised on stderr.
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use commtune_report::{Aborted, RankData, Report};
+use commtune_report::{Aborted, KeyData, Op, RankData, Report, TuningData};
 
-use crate::config::{Config, ReportTarget};
+use crate::config::{Config, Mode, ReportTarget};
+use crate::keys::Entry;
 use crate::runtime::Process;
 use crate::say::{self, say};
 use crate::site::Symbolizer;
-use crate::{clock, keys, mpi};
+use crate::{clock, codelets, halo, keys, mpi, runtime, tuner};
 
 /// Sites shown in the text summary.
 const SUMMARY_SITES: usize = 10;
 
 fn rank_data(process: &Process) -> RankData {
+    let ns_per_tick = clock::ns_per_tick();
     RankData {
         rank: process.rank,
         run_ns: mpi::now_ns().saturating_sub(process.start_ns),
-        keys: keys::all(clock::ns_per_tick()),
+        keys: keys::entries()
+            .into_iter()
+            .map(|entry| {
+                let names = codelets::names(entry.op);
+                entry.data(ns_per_tick, &names, tuning(entry, &names, ns_per_tick))
+            })
+            .filter(|k| k.calls > 0)
+            .collect::<Vec<KeyData>>(),
+    }
+}
+
+/// What the tuner did with `entry`'s calls, when they were tuned.
+fn tuning(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
+    let config = runtime::config();
+    if config.mode != Mode::Tune || config.forced(entry.op).is_some() || entry.is_folded() {
+        return None;
+    }
+    match entry.op {
+        Op::Halo => Some(halo::tuning_report(entry, ns_per_tick)),
+        _ => tuner::report(entry, names, ns_per_tick),
     }
 }
 

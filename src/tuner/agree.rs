@@ -2,9 +2,9 @@
 //! private communicator per checkpoint, round or drift check, at the same instance on every rank.
 //! Every outcome is computed from the reduced values, so it is the same everywhere.
 
-use commtune_tune::Agreed;
 use crate::mpi::Comm;
 use crate::mpi::datatype::MpiResult;
+use commtune_tune::Agreed;
 
 /// What a checkpoint found about the key each rank is at.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -21,21 +21,27 @@
 mod agree;
 mod state;
 
+use std::any::Any;
 use std::ffi::c_int;
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget,
 };
-pub use self::state::{KeyTuner, LeakedCell, TunerLink, lock};
+use self::state::{KeyTuner, Linked, TunerLink};
+use commtune_report::TuningData;
 use commtune_tune::stats::Samples;
 use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 
 use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Key, Measured};
 use crate::mpi::{self, Comm};
 use crate::say::say;
+use crate::sync::lock;
 use crate::{clock, runtime};
 
 /// Production calls timed for the report: one in this many.
@@ -125,11 +131,12 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
 /// Runs one call of a key whose entry is `entry` (its raw identity includes the communicator, so
 /// the key's link to its communicator's slot never changes).
 pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
-    let slot = *key.tuner.comm.get_or_init(|| comm_slot(call.comm()));
+    let link = link_of(key);
+    let slot = *link.comm.get_or_init(|| comm_slot(call.comm()));
     let epoch = slot.epoch.load(Ordering::Relaxed);
-    let tuner = match key.tuner.current.get() {
-        Some(t) if t.epoch == epoch => t,
-        _ => linked(key, entry, slot, epoch),
+    let tuner = match link.current.get() {
+        Some(l) if l.tuner.epoch == epoch && l.agree_hash == key.agree_hash() => l.tuner,
+        _ => linked(key, link, entry, slot, epoch),
     };
     // The application may call a communicator's collectives from one thread at a time only,
     // so these counters have one writer: a load and a store, no locked read-modify-write.
@@ -193,14 +200,44 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
     rc
 }
 
+/// What the tuner keeps with `key`: made at its first tuned call.
+#[inline]
+fn link_of(key: &'static Key) -> &'static TunerLink {
+    let link: &'static (dyn Any + Send + Sync) = *key
+        .tuner
+        .get_or_init(|| Box::leak(Box::new(TunerLink::default())));
+    link.downcast_ref()
+        .expect("a key's tuner slot holds the tuner's link only")
+}
+
+/// The tuners that report each entry (by address), set off the settled path.
+static REPORTED: LazyLock<DashMap<usize, &'static KeyTuner, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
 /// The tuner of `key`'s agreed identity on its communicator in epoch `epoch`, linked to the key
-/// (and to its entry, for the report).
+/// (and to its entry, for the report, unless the entry holds calls of many identities).
 #[cold]
-fn linked(key: &Key, entry: &'static Entry, slot: &CommSlot, epoch: u64) -> &'static KeyTuner {
-    let t = lock(&slot.state).key(key.agree_hash(), epoch);
-    key.tuner.current.set(t);
-    entry.report_tuner(t);
-    t
+fn linked(
+    key: &Key,
+    link: &TunerLink,
+    entry: &'static Entry,
+    slot: &CommSlot,
+    epoch: u64,
+) -> &'static KeyTuner {
+    let agree_hash = key.agree_hash();
+    let tuner = lock(&slot.state).key(agree_hash, epoch);
+    link.current
+        .set(Box::leak(Box::new(Linked { agree_hash, tuner })));
+    if !entry.is_folded() {
+        REPORTED.insert(std::ptr::from_ref(entry) as usize, tuner);
+    }
+    tuner
+}
+
+/// The report's view of `entry`'s tuning (`names`: its operation's codelets), if a tuner ran it.
+pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
+    let tuner = *REPORTED.get(&(std::ptr::from_ref(entry) as usize))?;
+    Some(tuner.report(names, ns_per_tick))
 }
 
 /// Books a measured call into the key's search or drift window.

@@ -7,57 +7,24 @@
 //! allgatherv's displacements) split entries on one rank only, and must not split the tuning.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use commtune_report::TuningData;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
+use crate::mpi::{Comm, HandleBits, MPI_Comm};
+use crate::runtime;
+use crate::sync::{LeakedCell, lock};
 use commtune_tune::Plan;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
 use commtune_tune::stats::Samples;
-use crate::mpi::{Comm, HandleBits, MPI_Comm};
-use crate::runtime;
 
 /// Bounds of the spacing of checkpoints, in collective instances of the communicator: a
 /// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
 pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
-
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A reference to a value that lives until the process ends, replaceable without a lock.
-pub struct LeakedCell<T: 'static>(AtomicPtr<T>);
-
-impl<T: 'static> Default for LeakedCell<T> {
-    fn default() -> Self {
-        LeakedCell(AtomicPtr::new(std::ptr::null_mut()))
-    }
-}
-
-impl<T: Sync + 'static> LeakedCell<T> {
-    pub fn new(value: &'static T) -> Self {
-        LeakedCell(AtomicPtr::new(value as *const T as *mut T))
-    }
-
-    pub fn get(&self) -> Option<&'static T> {
-        let p = self.0.load(Ordering::Acquire);
-        // SAFETY: the cell only ever holds null or a pointer taken from a `&'static T` (a leaked
-        // value that is never freed), so a non-null pointer is valid for the whole process.
-        unsafe { p.as_ref() }
-    }
-
-    pub fn set(&self, value: &'static T) {
-        self.0.store(value as *const T as *mut T, Ordering::Release);
-    }
-
-    pub fn clear(&self) {
-        self.0.store(std::ptr::null_mut(), Ordering::Release);
-    }
-}
 
 /// One communicator handle. `epoch` changes when the application frees the communicator, so a
 /// handle value reused for another communicator starts afresh (and so do its keys).
@@ -193,12 +160,18 @@ pub fn forget(bits: usize) {
     }
 }
 
-/// How an entry reaches its tuner: its communicator's slot, and the tuner of its agreed
-/// identity in the slot's current epoch.
+/// How a key reaches its tuner: its communicator's slot, and the tuner it was linked to (valid
+/// while the key keeps the agreed identity and the slot the epoch it had then).
 #[derive(Default)]
 pub struct TunerLink {
     pub comm: OnceLock<&'static CommSlot>,
-    pub current: LeakedCell<KeyTuner>,
+    pub current: LeakedCell<Linked>,
+}
+
+/// The tuner a key was linked to, with the key's agreed identity then.
+pub struct Linked {
+    pub agree_hash: u64,
+    pub tuner: &'static KeyTuner,
 }
 
 /// A key's tuner: what the settled path reads without a lock, and the rest under one.

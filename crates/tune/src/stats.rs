@@ -328,5 +328,4 @@ mod tests {
         samples.retain(|c| c != 2);
         assert_eq!(samples.estimate(filter, 2), Agreed::default());
     }
-
 }

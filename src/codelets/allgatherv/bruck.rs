@@ -4,11 +4,11 @@
 //! the final rotation of the textbook version is not needed.
 
 use super::exchange;
-use commtune_tune::schedule::bruck_allgather;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
+use commtune_tune::schedule::bruck_allgather;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allgatherv> = Codelet {
     name: "bruck",

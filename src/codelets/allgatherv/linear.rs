@@ -5,10 +5,10 @@
 use std::ffi::c_int;
 
 use super::{Gathered, start};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, copy};
 use crate::mpi::{self, Allgatherv, Comm};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allgatherv> = Codelet {
     name: "linear",

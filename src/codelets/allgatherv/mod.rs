@@ -17,10 +17,10 @@ use std::ffi::c_int;
 
 use commtune_report::Op;
 
-use commtune_tune::schedule::Exchange;
 use super::{Codelet, Facts, FirstError, Operation, native};
 use crate::mpi::datatype::{Buf, Indexed, MpiResult, copy};
 use crate::mpi::{self, Allgatherv, Comm, MPI_Comm};
+use commtune_tune::schedule::Exchange;
 
 /// Tag of allgatherv codelet messages on the private communicator.
 const TAG: i32 = 3;

@@ -4,11 +4,11 @@
 //! received in the step before, so p/2 steps suffice (half of `ring`'s). Even sizes only.
 
 use super::exchange;
-use commtune_tune::schedule::neighbor_exchange_allgather;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
+use commtune_tune::schedule::neighbor_exchange_allgather;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allgatherv> = Codelet {
     name: "neighbor_exchange",

@@ -3,11 +3,11 @@
 //! data doubles every step. Power-of-two sizes only.
 
 use super::exchange;
-use commtune_tune::schedule::recursive_doubling_allgather;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
+use commtune_tune::schedule::recursive_doubling_allgather;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allgatherv> = Codelet {
     name: "recursive_doubling",

@@ -3,11 +3,11 @@
 //! each way: good for large blocks.
 
 use super::exchange;
-use commtune_tune::schedule::ring_allgather;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Allgatherv, Comm};
+use commtune_tune::schedule::ring_allgather;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allgatherv> = Codelet {
     name: "ring",

@@ -2,10 +2,10 @@
 //! ranks, with its child's, higher ranks, so the rank order holds) and a binomial-tree broadcast.
 
 use super::{TAG, combine_higher, start};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch};
 use crate::mpi::{Allreduce, Comm};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allreduce> = Codelet {
     name: "binomial",

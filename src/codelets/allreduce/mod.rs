@@ -17,10 +17,10 @@ use std::ffi::c_int;
 
 use commtune_report::Op;
 
-use commtune_tune::schedule::Fold;
 use super::{Codelet, Facts, Operation, native};
 use crate::mpi::datatype::{Buf, MpiResult, copy, is_commutative, reduce_local};
 use crate::mpi::{self, Allreduce, Comm, MPI_Comm, MPI_Op};
+use commtune_tune::schedule::Fold;
 
 /// Tag of allreduce codelet messages on the private communicator.
 const TAG: i32 = 1;

@@ -1,10 +1,10 @@
 //! `nonoverlapping`: the MPI library's MPI_Reduce to rank 0 followed by its MPI_Bcast.
 
 use super::start;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult};
 use crate::mpi::{Allreduce, Comm};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allreduce> = Codelet {
     name: "nonoverlapping",

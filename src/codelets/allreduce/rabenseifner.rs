@@ -4,11 +4,11 @@
 //! operations only.
 
 use super::{TAG, fold_in, fold_out, start};
-use commtune_tune::schedule::{Fold, segment};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, Scratch, reduce_local};
 use crate::mpi::{Allreduce, Comm};
+use commtune_tune::schedule::{Fold, segment};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allreduce> = Codelet {
     name: "rabenseifner",

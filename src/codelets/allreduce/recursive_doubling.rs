@@ -3,11 +3,11 @@
 //! two: the first 2(p - 2^k) ranks pair up and the even one of each pair sits out.
 
 use super::{TAG, combine_higher, combine_lower, fold_in, fold_out, start};
-use commtune_tune::schedule::Fold;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch};
 use crate::mpi::{Allreduce, Comm};
+use commtune_tune::schedule::Fold;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allreduce> = Codelet {
     name: "recursive_doubling",

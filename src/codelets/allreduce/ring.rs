@@ -4,11 +4,11 @@
 //! operations only.
 
 use super::{TAG, start};
-use commtune_tune::schedule::segment;
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, Requirement};
 use crate::mpi::datatype::{MpiResult, Scratch, reduce_local};
 use crate::mpi::{Allreduce, Comm};
+use commtune_tune::schedule::segment;
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Allreduce> = Codelet {
     name: "ring",

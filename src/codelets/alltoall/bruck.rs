@@ -8,11 +8,11 @@
 //! of datatypes works, and every rank agrees on the slot size: the bytes of one block.
 
 use super::{TAG, block, block_bytes, pack_exact};
-use commtune_tune::schedule::{bruck_alltoall_slots, bruck_alltoall_source};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::{Buf, MpiResult, packed_buf, unpack};
 use crate::mpi::{self, Alltoall, Comm};
+use commtune_tune::schedule::{bruck_alltoall_slots, bruck_alltoall_source};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Alltoall> = Codelet {
     name: "bruck",

@@ -2,10 +2,10 @@
 //! MPI_Waitall. Lets the network overlap everything; floods it for large communicators.
 
 use super::{Blocks, TAG};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Alltoall> = Codelet {
     name: "linear",

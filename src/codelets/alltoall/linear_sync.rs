@@ -9,10 +9,10 @@
 //! its order, so at least one of them has a smaller distance, a contradiction.
 
 use super::{Blocks, TAG};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm, Requests};
+use commtune_tune::{Attributes, Partners};
 
 const fn codelet(name: &'static str, run: fn(&Alltoall, &Comm) -> MpiResult) -> Codelet<Alltoall> {
     Codelet {

@@ -2,10 +2,10 @@
 //! MPI_Sendrecv. One message each way at a time, any communicator size.
 
 use super::{Blocks, TAG};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Alltoall> = Codelet {
     name: "pairwise",

@@ -3,10 +3,10 @@
 //! where XOR stays inside the communicator).
 
 use super::{Blocks, TAG};
-use commtune_tune::{Attributes, Partners};
 use crate::codelets::{Codelet, FirstError, Requirement};
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Alltoall, Comm};
+use commtune_tune::{Attributes, Partners};
 
 pub const CODELET: Codelet<Alltoall> = Codelet {
     name: "pairwise_excl",
