@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use commtune_report::Op;
 
+use super::halo::CODELETS;
 use super::{Codelet, Operation};
-use crate::halo::CODELETS;
 use crate::mpi::{Allgatherv, Allreduce, Alltoall};
 
 fn entries<C: Operation>() -> Value {
@@ -36,7 +36,7 @@ fn halo_entries() -> Value {
                 "name": c.name,
                 "partners": "peers",
                 "uses_collectives": false,
-                "requires": c.requires,
+                "requires": c.requires.iter().map(|r| r.describe()).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -7,6 +7,7 @@ pub mod allgatherv;
 pub mod allreduce;
 pub mod alltoall;
 mod catalogue;
+pub mod halo;
 
 use std::ffi::c_int;
 
@@ -133,7 +134,7 @@ pub fn names(op: Op) -> Vec<&'static str> {
         Op::Allreduce => of::<crate::mpi::Allreduce>(),
         Op::Alltoall => of::<crate::mpi::Alltoall>(),
         Op::Allgatherv => of::<crate::mpi::Allgatherv>(),
-        Op::Halo => crate::halo::CODELETS.iter().map(|c| c.name).collect(),
+        Op::Halo => halo::CODELETS.iter().map(|c| c.name).collect(),
     }
 }
 

@@ -18,8 +18,9 @@ use commtune_report::Op;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::neighbor::{self, Expected};
-use super::{CODELETS, Completed, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred, tuning};
+use super::{Completed, agreement, tuning};
+use crate::codelets::halo::neighbor::{self, Expected};
+use crate::codelets::halo::{CODELETS, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred};
 use crate::config::Mode;
 use crate::keys::{self, CallKey, Description, Entry, Measured};
 use crate::mpi::datatype::Layout;
@@ -88,7 +89,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
         t.predicted = prediction.map(|(entry, _)| entry);
         t.expected_recvs = prediction.map(|(_, recvs)| recvs);
-        if neighbor::may_agree() && !t.watching {
+        if agreement::may_agree() && !t.watching {
             t.watching = true;
             deferred::watch_begins();
         }
@@ -101,12 +102,17 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         (t.codelet, t.predicted)
     });
     // Outside the tracker: deciding may post a previous instance's held messages.
-    match starts {
-        Some(entry) if neighbor::begins(entry) => {
+    let Some(entry) = starts.filter(|_| agreement::may_agree()) else {
+        return codelet;
+    };
+    neighbor::flush();
+    match agreement::schedule_for(entry) {
+        Some(schedule) => {
+            neighbor::begins(schedule, Box::new(move |why| agreement::broken(entry, why)));
             TRACKER.with_borrow_mut(|t| t.codelet = NEIGHBOR);
             NEIGHBOR
         }
-        _ => codelet,
+        None => codelet,
     }
 }
 
@@ -262,7 +268,7 @@ impl Tracker {
         let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
         // Calls after the last post (the completion itself) come after the collective started.
         let posted_alone = self.interrupted_at.is_none_or(|at| at >= ops.len());
-        neighbor::closed(
+        agreement::closed(
             entry,
             expected,
             posted_alone,
@@ -332,10 +338,10 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
     } else if real.iter().any(|o| o.codelet == forced) {
         format!(
             "some of its messages were posted natively (requires {})",
-            CODELETS[forced].requires.join(", ")
+            CODELETS[forced].requirements()
         )
     } else {
-        format!("requires {}", CODELETS[forced].requires.join(", "))
+        format!("requires {}", CODELETS[forced].requirements())
     };
     Some(reason)
 }
@@ -372,9 +378,9 @@ fn limits(ops: &[Posted]) -> Vec<String> {
     } else if !mpi::sees_every_call() {
         notes.push(format!("halo codelet pack does not apply: {hidden}"));
     }
-    match neighbor::eligibility(ops.iter().map(Posted::expected)) {
+    match agreement::eligibility(ops.iter().map(Posted::expected)) {
         Err(why) => notes.push(format!("halo codelet neighbor does not apply: {why}")),
-        Ok(_) if !neighbor::may_agree() => notes.push(format!(
+        Ok(_) if !agreement::may_agree() => notes.push(format!(
             "halo codelet neighbor is not tried: {}",
             neighbor_not_tried()
         )),

@@ -1,108 +1,114 @@
-//! Halo exchanges: MPI_Isend/MPI_Irecv calls grouped into episodes (`episode`), and the halo
-//! codelets, which change how the messages are posted. All but `neighbor` never change which
-//! messages match, so each rank may use its own; `neighbor` runs only where the ranks agreed
-//! (DESIGN, "Halo episodes").
+//! Halo exchanges: the application's MPI_Isend/MPI_Irecv calls grouped into episodes
+//! (`episode`), each posted by its halo codelet (`codelets::halo`: forced, or the one this rank's
+//! halo tuning chose, `tuning`), and the one codelet ranks must agree on, `neighbor`, agreed inside
+//! the application's collectives (`agreement`). This module dispatches posts and completion calls
+//! to them.
 
-mod deferred;
+mod agreement;
 mod episode;
-mod irecv_first;
-mod neighbor;
-mod pack;
-mod pairwise;
-mod persistent;
 mod tuning;
 
-pub use deferred::{post_all as post_deferred, post_listed as post_deferred_listed};
-pub use neighbor::{
-    adopt as neighbor_adopts, at_collective as agree_at_collective,
-    must_poll as neighbor_must_poll, progress as progress_neighbor,
-};
-pub use pairwise::{restore as restore_statuses, run_steps as run_pairwise_steps};
 pub use tuning::report as tuning_report;
 
 use std::cell::RefCell;
 use std::ffi::c_int;
+use std::sync::atomic::Ordering;
 
-use crate::mpi::requests::{index_at, request_at, set_request_at};
-use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint};
+use crate::codelets::halo::deferred::{self, commtune_deferred_pending};
+use crate::codelets::halo::{
+    IRECV_FIRST, NATIVE, NEIGHBOR, Outcome, PACK, PAIRWISE, PERSISTENT, irecv_first, neighbor,
+    pack, pairwise, persistent,
+};
+use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Request, MPI_Status, PointToPoint};
 
-/// A way to post an episode's messages.
-pub struct HaloCodelet {
-    pub name: &'static str,
-    /// What a message needs for the codelet to post it (others go native), for the catalogue.
-    pub requires: &'static [&'static str],
+/// Every MPI entry point comes here first while `commtune_deferred_pending` is nonzero (the
+/// generated C wrappers of build/entry_points.rs, and `post_deferred`): another MPI call than the
+/// posts of an episode, so held operations are posted before it can block.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_post_deferred() {
+    episode::interrupted();
+    neighbor::flush();
+    deferred::post_listed();
 }
 
-/// The halo codelets, in registry order; index 0 is native.
-pub const CODELETS: &[HaloCodelet] = &[
-    HaloCodelet {
-        name: "native",
-        requires: &[],
-    },
-    HaloCodelet {
-        name: "persistent",
-        requires: persistent::REQUIRES,
-    },
-    HaloCodelet {
-        name: "irecv_first",
-        requires: irecv_first::REQUIRES,
-    },
-    HaloCodelet {
-        name: "pack",
-        requires: pack::REQUIRES,
-    },
-    HaloCodelet {
-        name: "pairwise",
-        requires: pairwise::REQUIRES,
-    },
-    HaloCodelet {
-        name: "neighbor",
-        requires: neighbor::REQUIRES,
-    },
-];
-const NATIVE: usize = 0;
-const PERSISTENT: usize = 1;
-const IRECV_FIRST: usize = 2;
-const PACK: usize = 3;
-const PAIRWISE: usize = 4;
-/// The one codelet that changes which messages match: ranks run it only where they agreed.
-const NEIGHBOR: usize = 5;
+/// Posts every held operation (hand-written entry points, before their MPI call).
+#[inline]
+pub fn post_deferred() {
+    if commtune_deferred_pending.load(Ordering::Acquire) != 0 {
+        commtune_post_deferred();
+    }
+}
 
-/// How a halo codelet dealt with one message.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    /// Posted natively: the message does not meet the codelet's requirements.
-    Refused,
-    /// Taken, and posted as native posts it: nothing to change (a contiguous message for
-    /// `pack`, a receive or a send after every receive for `irecv_first`).
-    AsItIs,
-    /// Taken, and posted differently from native.
-    Changed,
+/// Posts the operations of the hold list only: a call that cannot block (MPI_Request_free) leaves
+/// a `neighbor` instance being posted held.
+pub fn post_deferred_listed() {
+    deferred::post_listed();
+}
+
+/// The application called a collective on `comm`: every rank of it is there, so ranks may agree
+/// on `neighbor` for an episode.
+#[inline]
+pub fn agree_at_collective(comm: MPI_Comm) {
+    agreement::at_collective(
+        comm,
+        agreement::Episodes {
+            open: episode::open_prediction,
+            settled: tuning::is_settled,
+        },
+    );
+}
+
+/// Whether `request` is one of the `neighbor` codelet's generalized requests, which the library
+/// then frees itself once its message has gone (MPI_Request_free).
+pub fn neighbor_adopts(request: MPI_Request) -> bool {
+    neighbor::adopt(request)
+}
+
+/// Before a completion call over `requests` (with `wait`, a Wait call): completes the
+/// application's requests whose `neighbor` collectives are done.
+pub fn progress_neighbor(requests: &[MPI_Request], wait: bool) {
+    neighbor::progress(requests, wait);
+}
+
+/// Whether a Wait call over `requests` must poll its Test twin instead of blocking
+/// (`neighbor::must_poll`).
+pub fn neighbor_must_poll(requests: &[MPI_Request]) -> bool {
+    neighbor::must_poll(requests)
+}
+
+/// Before an MPI_Waitall over `requests`: the `pairwise` codelet's steps; the statuses of the
+/// requests they completed, by position.
+pub fn run_pairwise_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
+    pairwise::run_steps(requests)
+}
+
+/// Writes the statuses the `pairwise` steps saved into the application's status array (None:
+/// MPI_STATUSES_IGNORE).
+pub fn restore_statuses(statuses: Option<&mut [MPI_Status]>, saved: Vec<(usize, MPI_Status)>) {
+    pairwise::restore(statuses, saved);
 }
 
 /// Which requests of the array given to a completion call have completed.
-pub enum Completed {
+pub enum Completed<'a> {
     Nothing,
     All,
     Index(usize),
-    Indices {
-        indices: *const c_int,
-        count: usize,
-    },
+    /// Waitsome/Testsome: the indices MPI wrote.
+    Indices(&'a [c_int]),
     /// The call failed: which requests completed is unknown.
     Unknown,
 }
 
-impl Completed {
+impl Completed<'_> {
     /// Calls `f` with the position of every completed request of an array of `n`.
     fn each(&self, n: usize, mut f: impl FnMut(usize)) {
         match *self {
             Completed::Nothing | Completed::Unknown => {}
             Completed::All => (0..n).for_each(f),
             Completed::Index(i) => f(i),
-            Completed::Indices { indices, count } => (0..count)
-                // SAFETY: MPI filled `count` indices (`observe`'s contract).
-                .map(|k| unsafe { index_at(indices, k) })
+            Completed::Indices(indices) => indices
+                .iter()
+                .filter_map(|&i| usize::try_from(i).ok())
                 .filter(|&i| i < n)
                 .for_each(f),
         }
@@ -125,20 +131,20 @@ thread_local! {
     static BEFORE: RefCell<(Vec<usize>, Vec<Owner>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it.
-pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_int {
+/// Posts an Isend or Irecv made at `caller` with its episode's halo codelet, and tracks it;
+/// `request` is the application's request variable.
+pub fn post(caller: usize, call: &PointToPoint, request: &mut MPI_Request) -> c_int {
     pack::poll_orphans(false);
     let codelet = episode::codelet(caller, call);
     let (rc, outcome) = match codelet {
         PERSISTENT => match persistent::start(call) {
             Some(ours) => {
-                // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
-                unsafe { set_request_at(request, 0, ours) };
+                *request = ours;
                 (mpi::SUCCESS, Outcome::Changed)
             }
             None => (call.native(request), Outcome::Refused),
         },
-        IRECV_FIRST => irecv_first::post(call, request),
+        IRECV_FIRST => irecv_first::post(call, request, episode::receives_outstanding()),
         PAIRWISE => applied(pairwise::post(call, request)),
         NEIGHBOR => applied(neighbor::post(call, request)),
         PACK => match pack::post(call, request) {
@@ -154,9 +160,7 @@ pub fn post(caller: usize, call: &PointToPoint, request: *mut MPI_Request) -> c_
         codelet
     };
     if rc == mpi::SUCCESS {
-        // SAFETY: the request variable holds the handle just written.
-        let handle = unsafe { request_at(request, 0) };
-        episode::posted(call, handle, used, outcome == Outcome::Changed);
+        episode::posted(call, *request, used, outcome == Outcome::Changed);
         if used == IRECV_FIRST && episode::receives_outstanding() == Some(false) {
             deferred::post_listed();
         }
@@ -176,37 +180,31 @@ fn applied((rc, applied): (c_int, bool)) -> (c_int, Outcome) {
     )
 }
 
-/// Runs a completion call over `requests[..count]`: closes the episode it finishes, hands the
-/// library's persistent requests back to the application as MPI_REQUEST_NULL, and unpacks
-/// packed receives.
-///
-/// # Safety
-/// `requests` holds `count` writable handles, and `Completed::Indices` that `call` returns
-/// points to as many indices as it says.
-pub unsafe fn observe(
+/// Runs `call`, a completion call over the application's `requests`: closes the episode it
+/// finishes, hands the library's persistent requests back to the application as
+/// MPI_REQUEST_NULL, and unpacks packed receives.
+pub fn observe<'i>(
     caller: usize,
-    requests: *mut MPI_Request,
-    count: usize,
-    call: impl FnOnce() -> (c_int, Completed),
+    requests: &mut [MPI_Request],
+    call: impl FnOnce(&mut [MPI_Request]) -> (c_int, Completed<'i>),
 ) -> c_int {
     pack::poll_orphans(false);
     let tracking = episode::is_open();
     let ours = persistent::any_started();
     let packed = pack::any_in_flight();
     if !tracking && !ours && !packed {
-        return call().0;
+        return call(requests).0;
     }
     let (mut before, mut owners) = BEFORE.take();
     before.clear();
-    // SAFETY: `requests` holds `count` handles (this function's contract).
-    before.extend((0..count).map(|i| unsafe { request_at(requests, i) }.bits()));
+    before.extend(requests.iter().map(|r| r.bits()));
     // Whose each request is must be known before the call: once MPI completes (and frees) a
     // request, another thread's new request may get its handle before this call returns. A
     // started persistent request is surely the library's (it frees them itself, after they leave
     // `persistent`'s table); a packed message's entry may be another thread's, completed but not
     // yet looked at, whose handle MPI already gave to this request.
     owners.clear();
-    owners.resize(count, Owner::Application);
+    owners.resize(requests.len(), Owner::Application);
     if packed {
         for (owner, ticket) in owners.iter_mut().zip(pack::tickets(&before)) {
             if let Some(ticket) = ticket {
@@ -221,17 +219,16 @@ pub unsafe fn observe(
             }
         }
     }
-    let (rc, completed) = call();
+    let (rc, completed) = call(requests);
     if tracking {
         episode::completed(caller, &before, &completed);
     }
     if ours || packed {
-        completed.each(count, |i| match owners[i] {
+        completed.each(requests.len(), |i| match owners[i] {
             Owner::Application => {}
             Owner::Persistent => {
                 persistent::completed(before[i]);
-                // SAFETY: `requests` holds `count` writable handles (this function's contract).
-                unsafe { set_request_at(requests, i, mpi::request_null()) };
+                requests[i] = mpi::request_null();
             }
             Owner::Packed(ticket) => pack::completed(before[i], ticket),
         });
@@ -253,10 +250,12 @@ pub fn found_complete(request: MPI_Request) {
     pack::found_complete(request.bits());
 }
 
-/// MPI_Finalize is near: finish the packed messages the application freed, free the persistent
+/// MPI_Finalize is near: complete the `neighbor` instances that finished (and say why the other
+/// episodes never ran it), finish the packed messages the application freed, free the persistent
 /// requests nobody holds.
 pub fn finalizing() {
     neighbor::finalizing();
+    agreement::finalizing();
     pack::poll_orphans(true);
     persistent::release();
 }

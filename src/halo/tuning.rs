@@ -17,12 +17,13 @@ use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use super::{CODELETS, NEIGHBOR, neighbor};
+use super::agreement;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
 use commtune_tune::stats::Samples;
 use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
 
 use crate::codelets;
+use crate::codelets::halo::{CODELETS, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::runtime;
 
@@ -103,7 +104,7 @@ pub fn completed(
         };
         sample
             .into_iter()
-            .for_each(|s| neighbor::sample(entry, ran == NEIGHBOR, s));
+            .for_each(|s| agreement::sample(entry, ran == NEIGHBOR, s));
         return Measured::Sample;
     }
     let Some(search) = &mut t.search else {
@@ -148,7 +149,7 @@ pub fn completed(
                 entry.note(format!(
                     "halo codelet {} did not apply to this episode's messages (requires {})",
                     CODELETS[chosen].name,
-                    CODELETS[chosen].requires.join(", ")
+                    CODELETS[chosen].requirements()
                 ));
                 search.drop_current();
             }
@@ -244,7 +245,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     };
     let stage = match (&t.production, &t.search) {
         // `neighbor` is chosen by the ranks together, over this rank's own winner.
-        (Some(_), _) if neighbor::chosen(entry) => Stage::Production(NEIGHBOR),
+        (Some(_), _) if agreement::chosen(entry) => Stage::Production(NEIGHBOR),
         (Some(winner), _) => Stage::Production(*winner),
         (None, Some(_)) => Stage::Search,
         (None, None) => Stage::Warmup,

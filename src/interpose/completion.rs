@@ -1,16 +1,57 @@
 //! MPI_Isend/MPI_Irecv (the messages of halo episodes) and the calls that complete them.
+//!
+//! This is the edge where the application's request variables and arrays, status arrays and
+//! index arrays become Rust references and slices, once, for the call; everything below works on
+//! those. An argument MPI would reject (a null array, a negative count) is passed on as it is,
+//! for MPI to report.
 
 use std::ffi::{c_int, c_void};
 
 use crate::halo::{self, Completed};
-use crate::mpi::requests::{self, read_int};
+use crate::mpi::requests;
 use crate::mpi::{
     self, MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
     PointToPointKind,
 };
 use crate::runtime;
 
+/// The application's `count` requests at `array`, for the duration of the call.
+fn requests_of<'a>(array: *mut MPI_Request, count: c_int) -> Option<&'a mut [MPI_Request]> {
+    let count = usize::try_from(count).ok()?;
+    if count == 0 {
+        return Some(&mut []);
+    }
+    if array.is_null() {
+        return None;
+    }
+    // SAFETY: MPI requires `array` to hold `count` writable handles during the call; the slice
+    // does not outlive the call.
+    Some(unsafe { std::slice::from_raw_parts_mut(array, count) })
+}
+
+/// The application's status array for `count` requests (None: MPI_STATUSES_IGNORE).
+fn statuses_of<'a>(statuses: *mut MPI_Status, count: c_int) -> Option<&'a mut [MPI_Status]> {
+    let count = usize::try_from(count).ok()?;
+    if statuses.is_null() || statuses == mpi::statuses_ignore() {
+        return None;
+    }
+    // SAFETY: MPI requires a status array to hold one status per request.
+    Some(unsafe { std::slice::from_raw_parts_mut(statuses, count) })
+}
+
+/// An int MPI wrote (a flag, an index, an outcount) when the call returned MPI_SUCCESS.
+fn written(rc: c_int, p: *const c_int) -> Option<c_int> {
+    // SAFETY: after MPI_SUCCESS, MPI has written the output argument the application passed.
+    (rc == mpi::SUCCESS && !p.is_null()).then(|| unsafe { *p })
+}
+
 fn post(ra: *const c_void, call: PointToPoint, request: *mut MPI_Request) -> c_int {
+    // SAFETY: MPI_Isend/MPI_Irecv require a valid request variable.
+    let Some(request) = (unsafe { request.as_mut() }) else {
+        let rc = mpi::ERR_REQUEST;
+        mpi::call_errhandler(call.comm, rc);
+        return rc;
+    };
     if runtime::enabled() && runtime::process().is_some() {
         halo::post(ra as usize, &call, request)
     } else {
@@ -77,13 +118,12 @@ enum Kind {
     Free,
 }
 
-/// Runs a completion call, telling the episode tracker what it completed.
-fn completion(
+/// Runs a completion call over `requests`, telling the episode tracker what it completed.
+fn completion<'i>(
     ra: *const c_void,
-    requests: *mut MPI_Request,
-    count: c_int,
+    requests: &mut [MPI_Request],
     kind: Kind,
-    call: impl FnOnce() -> (c_int, Completed),
+    call: impl FnOnce(&mut [MPI_Request]) -> (c_int, Completed<'i>),
 ) -> c_int {
     // The request being completed may be a deferred one (MPI_Request_free posted its own before
     // deciding who frees the request).
@@ -91,17 +131,14 @@ fn completion(
         halo::post_deferred();
     }
     if !runtime::enabled() {
-        return call().0;
+        return call(requests).0;
     }
-    // SAFETY: the application's array of `count` requests, as MPI requires.
-    unsafe { halo::progress_neighbor(requests, count.max(0) as usize, kind == Kind::Wait) };
-    // SAFETY: the application's array of `count` requests, as MPI requires; the index arrays
-    // `call` reports are MPI's output for the same call.
-    unsafe { halo::observe(ra as usize, requests, count.max(0) as usize, call) }
+    halo::progress_neighbor(requests, kind == Kind::Wait);
+    halo::observe(ra as usize, requests, call)
 }
 
 /// The outcome of a call that completes all requests or fails.
-fn all_or_unknown(rc: c_int) -> (c_int, Completed) {
+fn all_or_unknown<'i>(rc: c_int) -> (c_int, Completed<'i>) {
     let completed = if rc == mpi::SUCCESS {
         Completed::All
     } else {
@@ -111,44 +148,55 @@ fn all_or_unknown(rc: c_int) -> (c_int, Completed) {
 }
 
 /// The outcome of Waitany/Testany: the index MPI returned, unless it is MPI_UNDEFINED.
-fn any(rc: c_int, index: *const c_int) -> (c_int, Completed) {
-    if rc != mpi::SUCCESS {
-        return (rc, Completed::Unknown);
-    }
-    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the index.
-    match usize::try_from(unsafe { read_int(index) }) {
-        Ok(i) => (rc, Completed::Index(i)),
-        Err(_) => (rc, Completed::Nothing),
+fn any<'i>(rc: c_int, index: *const c_int) -> (c_int, Completed<'i>) {
+    match written(rc, index).map(usize::try_from) {
+        None => (rc, Completed::Unknown),
+        Some(Ok(i)) => (rc, Completed::Index(i)),
+        Some(Err(_)) => (rc, Completed::Nothing),
     }
 }
 
 /// The outcome of Waitsome/Testsome.
-fn some(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Completed) {
-    if rc != mpi::SUCCESS {
+fn some<'i>(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Completed<'i>) {
+    let Some(count) = written(rc, outcount) else {
         return (rc, Completed::Unknown);
-    }
-    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the outcount.
-    match usize::try_from(unsafe { read_int(outcount) }) {
-        Ok(count) => (rc, Completed::Indices { indices, count }),
-        Err(_) => (rc, Completed::Nothing),
+    };
+    match usize::try_from(count) {
+        Ok(0) => (rc, Completed::Nothing),
+        // SAFETY: MPI wrote `count` indices into the application's index array.
+        Ok(count) if !indices.is_null() => (
+            rc,
+            Completed::Indices(unsafe { std::slice::from_raw_parts(indices, count) }),
+        ),
+        _ => (rc, Completed::Nothing),
     }
 }
 
-/// Whether a Wait call over `array[..count]` must poll its Test twin instead of blocking: the
-/// array holds a request that only the library can complete, whose message MPI does not know is
-/// the application's (`halo::neighbor_must_poll`).
-fn must_poll(array: *const MPI_Request, count: c_int) -> bool {
-    // SAFETY: the application's array of `count` requests, as the Wait call requires.
-    runtime::enabled() && unsafe { halo::neighbor_must_poll(array, count.max(0) as usize) }
+/// The outcome of Test/Testall: everything completed when the flag is set.
+fn flagged<'i>(rc: c_int, flag: *const c_int) -> (c_int, Completed<'i>) {
+    match written(rc, flag) {
+        None => (rc, Completed::Unknown),
+        Some(0) => (rc, Completed::Nothing),
+        Some(_) => (rc, Completed::All),
+    }
 }
 
-/// Calls `test` (a Test call over `array[..count]`, returning MPI's code and whether it found
-/// what the Wait call waits for) until it does, completing the library's messages in between.
-fn poll(array: *const MPI_Request, count: c_int, mut test: impl FnMut() -> (c_int, bool)) -> c_int {
+/// Whether a Wait call over `requests` must poll its Test twin instead of blocking: the array
+/// holds a request that only the library can complete, whose message MPI does not know is the
+/// application's (`halo::neighbor_must_poll`).
+fn must_poll(requests: &[MPI_Request]) -> bool {
+    runtime::enabled() && halo::neighbor_must_poll(requests)
+}
+
+/// Calls `test` (a Test call over `requests`, returning MPI's code and whether it found what the
+/// Wait call waits for) until it does, completing the library's messages in between.
+fn poll(
+    requests: &mut [MPI_Request],
+    mut test: impl FnMut(&mut [MPI_Request]) -> (c_int, bool),
+) -> c_int {
     loop {
-        // SAFETY: the application's array of `count` requests, as the Wait call requires.
-        unsafe { halo::progress_neighbor(array, count.max(0) as usize, false) };
-        let (rc, found) = test();
+        halo::progress_neighbor(requests, false);
+        let (rc, found) = test(requests);
         if rc != mpi::SUCCESS || found {
             return rc;
         }
@@ -161,13 +209,19 @@ pub extern "C" fn commtune_wait(
     request: *mut MPI_Request,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, Kind::Wait, || {
-        if !must_poll(request, 1) {
-            return all_or_unknown(requests::wait(request, status));
+    let Some(one) = requests_of(request, 1) else {
+        return requests::wait(request, status);
+    };
+    completion(ra, one, Kind::Wait, |one| {
+        if !must_poll(one) {
+            return all_or_unknown(requests::wait(one.as_mut_ptr(), status));
         }
         let mut flag = 0;
-        all_or_unknown(poll(request, 1, || {
-            (requests::test(request, &mut flag, status), flag != 0)
+        all_or_unknown(poll(one, |one| {
+            (
+                requests::test(one.as_mut_ptr(), &mut flag, status),
+                flag != 0,
+            )
         }))
     })
 }
@@ -179,21 +233,22 @@ pub extern "C" fn commtune_waitall(
     array: *mut MPI_Request,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: the application's array of `count` requests, as MPI_Waitall requires.
-    let stepped = unsafe { halo::run_pairwise_steps(array, count.max(0) as usize) };
-    completion(ra, array, count, Kind::Wait, || {
-        let rc = if must_poll(array, count) {
+    let Some(all) = requests_of(array, count) else {
+        return requests::waitall(count, array, statuses);
+    };
+    let stepped = halo::run_pairwise_steps(all);
+    completion(ra, all, Kind::Wait, |all| {
+        let rc = if must_poll(all) {
             let mut flag = 0;
-            poll(array, count, || {
-                let rc = requests::testall(count, array, &mut flag, statuses);
+            poll(all, |all| {
+                let rc = requests::testall(count, all.as_mut_ptr(), &mut flag, statuses);
                 (rc, flag != 0)
             })
         } else {
-            requests::waitall(count, array, statuses)
+            requests::waitall(count, all.as_mut_ptr(), statuses)
         };
         if rc == mpi::SUCCESS {
-            // SAFETY: MPI_Waitall's status array holds `count` statuses, or is IGNORE.
-            unsafe { halo::restore_statuses(statuses, stepped) };
+            halo::restore_statuses(statuses_of(statuses, count), stepped);
         }
         all_or_unknown(rc)
     })
@@ -207,13 +262,19 @@ pub extern "C" fn commtune_waitany(
     index: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, Kind::Wait, || {
-        if !must_poll(array, count) {
-            return any(requests::waitany(count, array, index, status), index);
+    let Some(all) = requests_of(array, count) else {
+        return requests::waitany(count, array, index, status);
+    };
+    completion(ra, all, Kind::Wait, |all| {
+        if !must_poll(all) {
+            return any(
+                requests::waitany(count, all.as_mut_ptr(), index, status),
+                index,
+            );
         }
         let mut flag = 0;
-        let rc = poll(array, count, || {
-            let rc = requests::testany(count, array, index, &mut flag, status);
+        let rc = poll(all, |all| {
+            let rc = requests::testany(count, all.as_mut_ptr(), index, &mut flag, status);
             (rc, flag != 0)
         });
         any(rc, index)
@@ -229,15 +290,17 @@ pub extern "C" fn commtune_waitsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, Kind::Wait, || {
-        let rc = if must_poll(array, incount) {
-            poll(array, incount, || {
-                let rc = requests::testsome(incount, array, outcount, indices, statuses);
-                // SAFETY: MPI wrote the outcount when it returned MPI_SUCCESS.
-                (rc, rc == mpi::SUCCESS && unsafe { read_int(outcount) } != 0)
+    let Some(all) = requests_of(array, incount) else {
+        return requests::waitsome(incount, array, outcount, indices, statuses);
+    };
+    completion(ra, all, Kind::Wait, |all| {
+        let rc = if must_poll(all) {
+            poll(all, |all| {
+                let rc = requests::testsome(incount, all.as_mut_ptr(), outcount, indices, statuses);
+                (rc, written(rc, outcount).is_some_and(|n| n != 0))
             })
         } else {
-            requests::waitsome(incount, array, outcount, indices, statuses)
+            requests::waitsome(incount, all.as_mut_ptr(), outcount, indices, statuses)
         };
         some(rc, outcount, indices)
     })
@@ -250,8 +313,11 @@ pub extern "C" fn commtune_test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, request, 1, Kind::Test, || {
-        flagged(requests::test(request, flag, status), flag)
+    let Some(one) = requests_of(request, 1) else {
+        return requests::test(request, flag, status);
+    };
+    completion(ra, one, Kind::Test, |one| {
+        flagged(requests::test(one.as_mut_ptr(), flag, status), flag)
     })
 }
 
@@ -263,21 +329,15 @@ pub extern "C" fn commtune_testall(
     flag: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, Kind::Test, || {
-        flagged(requests::testall(count, array, flag, statuses), flag)
+    let Some(all) = requests_of(array, count) else {
+        return requests::testall(count, array, flag, statuses);
+    };
+    completion(ra, all, Kind::Test, |all| {
+        flagged(
+            requests::testall(count, all.as_mut_ptr(), flag, statuses),
+            flag,
+        )
     })
-}
-
-/// The outcome of Test/Testall: everything completed when the flag is set.
-fn flagged(rc: c_int, flag: *const c_int) -> (c_int, Completed) {
-    if rc != mpi::SUCCESS {
-        (rc, Completed::Unknown)
-    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
-    } else if unsafe { read_int(flag) } != 0 {
-        (rc, Completed::All)
-    } else {
-        (rc, Completed::Nothing)
-    }
 }
 
 #[unsafe(no_mangle)]
@@ -289,13 +349,14 @@ pub extern "C" fn commtune_testany(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, count, Kind::Test, || {
-        let rc = requests::testany(count, array, index, flag, status);
-        // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
-        if rc == mpi::SUCCESS && unsafe { read_int(flag) } == 0 {
-            (rc, Completed::Nothing)
-        } else {
-            any(rc, index)
+    let Some(all) = requests_of(array, count) else {
+        return requests::testany(count, array, index, flag, status);
+    };
+    completion(ra, all, Kind::Test, |all| {
+        let rc = requests::testany(count, all.as_mut_ptr(), index, flag, status);
+        match written(rc, flag) {
+            Some(0) => (rc, Completed::Nothing),
+            _ => any(rc, index),
         }
     })
 }
@@ -309,8 +370,11 @@ pub extern "C" fn commtune_testsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    completion(ra, array, incount, Kind::Test, || {
-        let rc = requests::testsome(incount, array, outcount, indices, statuses);
+    let Some(all) = requests_of(array, incount) else {
+        return requests::testsome(incount, array, outcount, indices, statuses);
+    };
+    completion(ra, all, Kind::Test, |all| {
+        let rc = requests::testsome(incount, all.as_mut_ptr(), outcount, indices, statuses);
         some(rc, outcount, indices)
     })
 }
@@ -318,25 +382,25 @@ pub extern "C" fn commtune_testsome(
 /// A freed request is no longer the application's to complete: it leaves the episode.
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_request_free(ra: *const c_void, request: *mut MPI_Request) -> c_int {
-    // SAFETY: the application's request variable, as MPI_Request_free requires.
-    let handle = (!request.is_null()).then(|| unsafe { requests::request_at(request, 0) });
-    let taken_over = |request: *mut MPI_Request| {
-        // SAFETY: as above.
-        unsafe { requests::set_request_at(request, 0, mpi::request_null()) };
+    let Some(one) = requests_of(request, 1) else {
+        return requests::request_free(request);
+    };
+    let handle = one[0];
+    let taken_over = |one: &mut [MPI_Request]| {
+        one[0] = mpi::request_null();
         (mpi::SUCCESS, Completed::All)
     };
-    if runtime::enabled() && handle.is_some_and(halo::neighbor_adopts) {
+    if runtime::enabled() && halo::neighbor_adopts(handle) {
         // Freeing cannot block: a `neighbor` instance being posted stays held.
-        // SAFETY: one writable handle.
-        return unsafe { halo::observe(ra as usize, request, 1, || taken_over(request)) };
+        return halo::observe(ra as usize, one, taken_over);
     }
     halo::post_deferred_listed();
-    if runtime::enabled() && handle.is_some_and(halo::freeing) {
+    if runtime::enabled() && halo::freeing(handle) {
         // The library completes it; to the application it is freed.
-        return completion(ra, request, 1, Kind::Free, || taken_over(request));
+        return completion(ra, one, Kind::Free, taken_over);
     }
-    completion(ra, request, 1, Kind::Free, || {
-        all_or_unknown(requests::request_free(request))
+    completion(ra, one, Kind::Free, |one| {
+        all_or_unknown(requests::request_free(one.as_mut_ptr()))
     })
 }
 
@@ -349,12 +413,10 @@ pub extern "C" fn commtune_request_get_status(
 ) -> c_int {
     halo::post_deferred();
     if runtime::enabled() {
-        // SAFETY: one handle.
-        unsafe { halo::progress_neighbor(&request, 1, false) };
+        halo::progress_neighbor(&[request], false);
     }
     let rc = requests::request_get_status(request, flag, status);
-    // SAFETY: the call returned MPI_SUCCESS, so MPI wrote the flag.
-    if rc == mpi::SUCCESS && runtime::enabled() && unsafe { read_int(flag) } != 0 {
+    if runtime::enabled() && written(rc, flag).is_some_and(|f| f != 0) {
         halo::found_complete(request);
     }
     rc

@@ -211,7 +211,8 @@ pub struct PointToPoint {
 }
 
 impl PointToPoint {
-    pub fn native(&self, request: *mut MPI_Request) -> c_int {
+    /// Posts the message as MPI_Isend/MPI_Irecv would, the new handle in `request`.
+    pub fn native(&self, request: &mut MPI_Request) -> c_int {
         #[cfg(mpi_flavour = "mpich")]
         if self.large {
             return large::point_to_point(self, request);
@@ -315,7 +316,7 @@ mod large {
         }
     }
 
-    pub fn point_to_point(p: &PointToPoint, request: *mut MPI_Request) -> c_int {
+    pub fn point_to_point(p: &PointToPoint, request: &mut MPI_Request) -> c_int {
         // SAFETY: the application's arguments, passed through unchanged.
         unsafe {
             match p.kind {

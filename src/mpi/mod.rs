@@ -26,6 +26,8 @@ pub use watch::{is_predefined, watch, watch_datatype};
 use mpi_sys as ffi;
 
 pub const SUCCESS: c_int = ffi::MPI_SUCCESS as c_int;
+/// A request argument MPI rejects (a null request variable).
+pub const ERR_REQUEST: c_int = ffi::MPI_ERR_REQUEST as c_int;
 
 /// Mirrors `struct commtune_mpi_constants` in shim/commtune.h.
 #[repr(C)]

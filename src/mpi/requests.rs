@@ -7,24 +7,6 @@ use mpi_sys as ffi;
 
 use super::{MPI_Request, MPI_Status};
 
-/// Handle `i` of an application's request array.
-///
-/// # Safety
-/// `requests` holds more than `i` handles.
-pub unsafe fn request_at(requests: *const MPI_Request, i: usize) -> MPI_Request {
-    // SAFETY: as the caller guarantees.
-    unsafe { *requests.add(i) }
-}
-
-/// Replaces handle `i` of an application's request array.
-///
-/// # Safety
-/// `requests` holds more than `i` handles and is writable.
-pub unsafe fn set_request_at(requests: *mut MPI_Request, i: usize, request: MPI_Request) {
-    // SAFETY: as the caller guarantees.
-    unsafe { *requests.add(i) = request }
-}
-
 /// A persistent request the library made (MPI_Send_init/MPI_Recv_init) and owns.
 #[derive(Clone, Copy)]
 pub struct Persistent(pub(super) MPI_Request);
@@ -73,15 +55,6 @@ pub fn empty_status() -> MPI_Status {
     unsafe { std::mem::zeroed() }
 }
 
-/// Replaces status `i` of an application's status array.
-///
-/// # Safety
-/// `statuses` holds more than `i` writable statuses.
-pub unsafe fn set_status_at(statuses: *mut MPI_Status, i: usize, status: MPI_Status) {
-    // SAFETY: as the caller guarantees.
-    unsafe { *statuses.add(i) = status }
-}
-
 /// A request the application gave up (MPI_Request_free) that the library completes itself.
 pub struct Pending(MPI_Request);
 
@@ -123,15 +96,6 @@ pub fn request_get_status(
 ) -> c_int {
     // SAFETY: the application's arguments, passed through unchanged.
     unsafe { ffi::PMPI_Request_get_status(request, flag, status) }
-}
-
-/// Entry `i` of an index array MPI has just filled (Waitsome/Testsome).
-///
-/// # Safety
-/// `indices` holds more than `i` entries (`i` below the outcount MPI returned).
-pub unsafe fn index_at(indices: *const c_int, i: usize) -> usize {
-    // SAFETY: as the caller guarantees.
-    unsafe { *indices.add(i) }.max(0) as usize
 }
 
 pub fn wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
@@ -205,13 +169,4 @@ pub fn testsome(
 pub fn request_free(request: *mut MPI_Request) -> c_int {
     // SAFETY: the application's arguments, passed through unchanged.
     unsafe { ffi::PMPI_Request_free(request) }
-}
-
-/// Reads an int MPI has just written (flag, index, outcount).
-///
-/// # Safety
-/// `p` is an out-parameter of a call that returned MPI_SUCCESS.
-pub unsafe fn read_int(p: *const c_int) -> c_int {
-    // SAFETY: as the caller guarantees.
-    unsafe { *p }
 }

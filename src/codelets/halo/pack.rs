@@ -7,11 +7,9 @@
 //! message leaves the rest of the application's buffer unchanged, as MPI would, and a cancelled
 //! receive unpacks what was there. The application's request is the real one; when the
 //! application frees it (MPI_Request_free), the library keeps it until it completes, polling
-//! at later calls and waiting at MPI_Finalize.
-//!
-//! Requirements: an int count; every MPI call of the program visible (Open MPI's Fortran
-//! bindings call PMPI directly: MPI_Request_get_status would report a receive complete before
-//! it is unpacked).
+//! at later calls and waiting at MPI_Finalize. Every MPI call of the program must pass through
+//! the library: MPI_Request_get_status made through Open MPI's Fortran bindings would report a
+//! receive complete before it is unpacked.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -20,15 +18,16 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use rustc_hash::FxBuildHasher;
 
+use super::HaloCodelet;
+use super::HaloRequirement::{EveryCallVisible, IntCount, NonContiguous};
 use crate::mpi::datatype::{Buf, Layout, pack, pack_size, unpack};
 use crate::mpi::requests::Pending;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 
-pub const REQUIRES: &[&str] = &[
-    "a non-contiguous datatype (contiguous messages are posted as they are)",
-    "an int count",
-    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
-];
+pub const CODELET: HaloCodelet = HaloCodelet {
+    name: "pack",
+    requires: &[NonContiguous, IntCount, EveryCallVisible],
+};
 
 /// How `post` dealt with a message.
 pub enum Posted {
@@ -67,7 +66,7 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> Posted {
+pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> Posted {
     let Ok(layout) = Layout::of(call.datatype) else {
         return Posted::Refused;
     };
@@ -89,8 +88,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> Posted {
     };
     let rc = wire.native(request);
     if rc == mpi::SUCCESS {
-        // SAFETY: MPI has just written the new request into the application's variable.
-        let handle = unsafe { mpi::requests::request_at(request, 0) };
+        let handle = *request;
         let mut state = state();
         state.tickets += 1;
         let entry = Packed {

@@ -1,41 +1,46 @@
 //! The `neighbor` halo codelet: an episode's messages travel as one MPI_Ineighbor_alltoallw on a
-//! distributed-graph communicator built for the episode (`agree`). The application receives a
+//! distributed-graph communicator built for the episode (`halo::agreement`). The application receives a
 //! generalized request for each Isend/Irecv; they complete, with the statuses point-to-point
 //! would give, when the collective does.
 //!
 //! Unlike the other halo codelets this one changes which messages match: a rank running it talks
 //! only to peers running it for the same instance. So it runs only on instances every rank of the
-//! communicator agreed to (`agree`), and each rank holds its posts until the episode's last
+//! communicator agreed to (`halo::agreement`), and each rank holds its posts until the episode's last
 //! message is posted, then starts the collective. A rank whose episode then differs from the
 //! agreed one, or that makes another MPI call before posting all of it, cannot keep the
 //! agreement: it posts what it holds natively and says so in the report (peers that started the
 //! collective wait for it; see the requirements).
-
-mod agree;
-
-pub use agree::{at_collective, chosen, closed, eligibility, may_agree, sample};
 
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::deferred;
-use crate::keys::Entry;
+use super::HaloRequirement::{
+    Agreed, AskedFor, EveryCallVisible, IntCount, MatchingSizes, NoWildcards, OneIntracommunicator,
+    PostedAlone,
+};
+use super::{HaloCodelet, deferred};
 use crate::mpi::neighbor::{Arrays, Block, Generalized, Graph, Reported};
-use crate::mpi::requests::{finish, request_at, set_request_at};
+use crate::mpi::requests::finish;
 use crate::mpi::{
     self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
     PointToPointKind,
 };
 
-pub const REQUIRES: &[&str] = &[
-    "COMMTUNE_HALO_NEIGHBOR=on (tuning) or COMMTUNE_FORCE=halo=neighbor",
-    "every rank of the communicator runs the episode, and the ranks agree inside the application's MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier on it",
-    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
-    "one intracommunicator, named peers and tags (no wildcards), int counts, each receive the size of its send",
-    "every message of the episode posted before any other MPI call, the same messages at every instance",
-];
+pub const CODELET: HaloCodelet = HaloCodelet {
+    name: "neighbor",
+    requires: &[
+        AskedFor,
+        Agreed,
+        EveryCallVisible,
+        OneIntracommunicator,
+        NoWildcards,
+        IntCount,
+        MatchingSizes,
+        PostedAlone,
+    ],
+};
 
 /// One message of an episode, as a post must look to be the agreed one.
 #[derive(Clone, Copy)]
@@ -73,12 +78,39 @@ pub struct Schedule {
     graph: Graph,
 }
 
+impl Schedule {
+    /// The agreed `messages` (posting order), each on block `blocks[i]` of the collective's sends
+    /// or receives, `sends` of them sends, carried by `graph`.
+    pub fn new(messages: Vec<Expected>, blocks: Vec<usize>, sends: usize, graph: Graph) -> Self {
+        Schedule {
+            messages,
+            blocks,
+            sends,
+            graph,
+        }
+    }
+
+    /// The communicator the messages belong to.
+    pub fn comm(&self) -> Option<MPI_Comm> {
+        self.messages.first().map(|m| m.comm)
+    }
+
+    /// The graph communicator (freed with the application's communicator).
+    pub fn graph(&self) -> MPI_Comm {
+        self.graph.raw
+    }
+}
+
 /// An instance being posted: the messages so far, each with the request the application holds.
 struct Holding {
     schedule: Arc<Schedule>,
-    entry: &'static Entry,
+    /// Tells the agreement why this rank could not keep it.
+    broken: Broken,
     posted: Vec<(PointToPoint, Generalized)>,
 }
+
+/// What the agreement is told when an instance cannot run as agreed: its reason.
+pub type Broken = Box<dyn FnOnce(&'static str)>;
 
 /// A request of the library's whose completion completes the application's requests.
 struct Carrier {
@@ -101,28 +133,22 @@ thread_local! {
 static CARRIERS: Mutex<Vec<Carrier>> = Mutex::new(Vec::new());
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
-/// At an episode's first post: whether this instance of `entry` (the key the episode is
-/// predicted to be) runs as an agreed neighbourhood collective; if so the posts are held.
-pub fn begins(entry: &'static Entry) -> bool {
-    if !agree::may_agree() {
-        return false;
-    }
+/// At an episode's first post of an instance the ranks agreed to run as `schedule`: its posts
+/// are held until the last, then the collective starts. `broken` is told why, if this rank then
+/// cannot keep the agreement.
+pub fn begins(schedule: Arc<Schedule>, broken: Broken) {
     flush();
-    let Some(schedule) = agree::schedule_for(entry) else {
-        return false;
-    };
     HOLDING.set(Some(Holding {
         posted: Vec::with_capacity(schedule.messages.len()),
         schedule,
-        entry,
+        broken,
     }));
     deferred::neighbor_holds();
-    true
 }
 
 /// Posts `call`, an Isend or Irecv of an episode that runs `neighbor`; returns MPI's code and
 /// whether the codelet applied.
-pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
+pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     if call.peer == mpi::proc_null() {
         return (call.native(request), true);
     }
@@ -147,8 +173,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
         break_off(h, "its messages differ from the agreed episode's");
         return (call.native(request), false);
     };
-    // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
-    unsafe { set_request_at(request, 0, generalized.handle()) };
+    *request = generalized.handle();
     h.posted.push((*call, generalized));
     if h.posted.len() == h.schedule.messages.len() {
         start(h);
@@ -201,9 +226,9 @@ fn carry(carrier: Carrier) {
 
 /// The instance cannot run as agreed: what it holds is posted natively, each message completing
 /// its application request (with MPI's error, if MPI refuses the post).
-fn break_off(h: Holding, why: &str) {
+fn break_off(h: Holding, why: &'static str) {
     deferred::neighbor_released();
-    agree::broken(h.entry, why);
+    (h.broken)(why);
     for (call, generalized) in h.posted {
         let mut request = mpi::request_null();
         match call.native(&mut request) {
@@ -251,21 +276,17 @@ pub fn flush() {
     }
 }
 
-/// Before a completion call over `requests[..count]`: completes the application's requests whose
+/// Before a completion call over `requests`: completes the application's requests whose
 /// collectives (or native messages) are done. With `wait` (a Wait call) the collectives of
 /// requests in the array are waited for, which is no new blocking: every rank started its
 /// collective before any completion call. Messages posted natively after a broken agreement are
 /// only tested (waiting for one could block where MPI_Waitany would have returned another);
 /// `must_poll` says when the completion call must poll instead of blocking.
-///
-/// # Safety
-/// `requests` holds `count` handles.
-pub unsafe fn progress(requests: *const MPI_Request, count: usize, wait: bool) {
+pub fn progress(requests: &[MPI_Request], wait: bool) {
     if IN_FLIGHT.load(Ordering::Acquire) == 0 {
         return;
     }
-    // SAFETY: `requests` holds `count` handles (this function's contract).
-    let asked = unsafe { handles(requests, count) };
+    let asked = handles(requests);
     let waited: Vec<Carrier> = {
         let mut carriers = CARRIERS.lock().unwrap_or_else(|p| p.into_inner());
         let mut waited = Vec::new();
@@ -291,17 +312,13 @@ pub unsafe fn progress(requests: *const MPI_Request, count: usize, wait: bool) {
     }
 }
 
-/// Whether `requests[..count]` holds a request whose native message (after a broken agreement)
-/// is still under way: a blocking completion call must then poll, testing it in between.
-///
-/// # Safety
-/// `requests` holds `count` handles.
-pub unsafe fn must_poll(requests: *const MPI_Request, count: usize) -> bool {
+/// Whether `requests` holds a request whose native message (after a broken agreement) is still
+/// under way: a blocking completion call must then poll, testing it in between.
+pub fn must_poll(requests: &[MPI_Request]) -> bool {
     if IN_FLIGHT.load(Ordering::Acquire) == 0 {
         return false;
     }
-    // SAFETY: `requests` holds `count` handles (this function's contract).
-    let asked = unsafe { handles(requests, count) };
+    let asked = handles(requests);
     CARRIERS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -309,13 +326,8 @@ pub unsafe fn must_poll(requests: *const MPI_Request, count: usize) -> bool {
         .any(|c| c.native && c.carries_any(&asked))
 }
 
-/// # Safety
-/// `requests` holds `count` handles.
-unsafe fn handles(requests: *const MPI_Request, count: usize) -> Vec<usize> {
-    (0..count)
-        // SAFETY: as the caller guarantees.
-        .map(|i| unsafe { request_at(requests, i) }.bits())
-        .collect()
+fn handles(requests: &[MPI_Request]) -> Vec<usize> {
+    requests.iter().map(|r| r.bits()).collect()
 }
 
 impl Carrier {
@@ -339,7 +351,5 @@ fn complete(carrier: Carrier, rc: c_int, status: &MPI_Status) {
 /// MPI_Finalize is near: completes what has finished (the application should have completed its
 /// requests; a collective still running is left to MPI).
 pub fn finalizing() {
-    // SAFETY: an empty array.
-    unsafe { progress(std::ptr::null(), 0, false) };
-    agree::finalizing();
+    progress(&[], false);
 }

@@ -7,35 +7,38 @@
 //! step. So a step waits at most `PATIENCE`; then every remaining message is posted at once, as
 //! natively, and MPI_Waitall completes them: a peer that is not ready delays the exchange but
 //! can never deadlock it. Any other MPI call before the MPI_Waitall posts the held messages at
-//! once too (`deferred`).
-//!
-//! Requirements: every MPI call of the program visible (not Open MPI's Fortran bindings); a named
-//! peer (not MPI_ANY_SOURCE; MPI_PROC_NULL messages are posted as they are); the messages of one
-//! communicator; the `persistent` requirements except the first post.
+//! once too (`deferred`). Messages to MPI_PROC_NULL are posted as they are.
 
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::deferred;
+use super::HaloRequirement::{
+    EveryCallVisible, IntCount, NamedPeer, OneIntracommunicator, Waitall,
+};
 use super::persistent::{self, Reserved};
-use crate::mpi::requests::{empty_status, request_at, set_request_at, set_status_at, test_all};
+use super::{HaloCodelet, deferred};
+use crate::mpi::requests::{empty_status, test_all};
 use crate::mpi::{self, HandleBits, MPI_Request, MPI_Status, PointToPoint};
 
-pub const REQUIRES: &[&str] = &[
-    "completion by one MPI_Waitall (any other call posts the messages at once)",
-    "every MPI call of the program visible (not Open MPI's Fortran bindings)",
-    "a named peer (not MPI_ANY_SOURCE), the messages of one communicator",
-    "the persistent requirements except the first post",
-];
+pub const CODELET: HaloCodelet = HaloCodelet {
+    name: "pairwise",
+    requires: &[
+        Waitall,
+        EveryCallVisible,
+        NamedPeer,
+        OneIntracommunicator,
+        IntCount,
+    ],
+};
 
 /// How long a step waits for its peer before the rest of the episode is posted at once.
 const PATIENCE: Duration = Duration::from_millis(5);
 
 /// Posts `call` (held back, or natively when it cannot be); returns MPI's code and whether the
 /// codelet applied.
-pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
+pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     if call.peer == mpi::proc_null() {
         return (call.native(request), true);
     }
@@ -46,8 +49,7 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
     };
     match reserved {
         Some(reserved) => {
-            // SAFETY: the application's request variable, as MPI_Isend/MPI_Irecv require.
-            unsafe { set_request_at(request, 0, reserved.handle()) };
+            *request = reserved.handle();
             deferred::defer(reserved, Some(mpi::comm_rank(call.comm)));
             (mpi::SUCCESS, true)
         }
@@ -55,19 +57,17 @@ pub fn post(call: &PointToPoint, request: *mut MPI_Request) -> (c_int, bool) {
     }
 }
 
-/// Before an MPI_Waitall over `requests[..count]`: starts every held operation, those of this
-/// array that may go step by step one peer at a time. Returns the statuses of the requests the
-/// steps completed, by position (MPI_Waitall reports them empty: they are inactive by then).
-///
-/// # Safety
-/// `requests` holds `count` handles.
-pub unsafe fn run_steps(requests: *const MPI_Request, count: usize) -> Vec<(usize, MPI_Status)> {
+/// Before an MPI_Waitall over `requests`: starts every held operation, those of this array that
+/// may go step by step one peer at a time. Returns the statuses of the requests the steps
+/// completed, by position (MPI_Waitall reports them empty: they are inactive by then).
+pub fn run_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
     if !deferred::any() {
         return Vec::new();
     }
-    // SAFETY: `requests` holds `count` handles (this function's contract).
-    let positions: FxHashMap<usize, usize> = (0..count)
-        .map(|i| (unsafe { request_at(requests, i) }.bits(), i))
+    let positions: FxHashMap<usize, usize> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.bits(), i))
         .collect();
     let kept = deferred::start_all_but(|held| {
         let steps: Vec<bool> = held
@@ -136,16 +136,15 @@ fn finish_step(handles: &mut [MPI_Request]) -> Option<Vec<MPI_Status>> {
     }
 }
 
-/// Writes the statuses the steps saved into the application's status array.
-///
-/// # Safety
-/// `statuses` is MPI_STATUSES_IGNORE or holds more statuses than any saved position.
-pub unsafe fn restore(statuses: *mut MPI_Status, saved: Vec<(usize, MPI_Status)>) {
-    if statuses == mpi::statuses_ignore() {
+/// Writes the statuses the steps saved into the application's status array (None:
+/// MPI_STATUSES_IGNORE).
+pub fn restore(statuses: Option<&mut [MPI_Status]>, saved: Vec<(usize, MPI_Status)>) {
+    let Some(statuses) = statuses else {
         return;
-    }
+    };
     for (i, status) in saved {
-        // SAFETY: as the caller guarantees.
-        unsafe { set_status_at(statuses, i, status) };
+        if let Some(slot) = statuses.get_mut(i) {
+            *slot = status;
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! Halo operations posted later than the application asked (the `irecv_first` codelet's sends,
 //! the `pairwise` codelet's messages, the `neighbor` codelet's posts until the episode's last),
 //! and the rule that makes this safe: every MPI entry point posts them before doing anything
-//! else (the generated wrappers of build/entry_points.rs, and the hand-written ones through
-//! `post_all`), so no MPI call can block while an operation waits.
+//! else (the generated wrappers of build/entry_points.rs call `commtune_post_deferred`, see
+//! `halo`, and the hand-written ones through `halo::post_deferred`), so no MPI call can block
+//! while an operation waits.
 //!
 //! The list is process-wide, not per thread: a thread that blocks in MPI while another thread's
 //! sends wait would otherwise deadlock. Whoever takes operations off the list starts them before
@@ -14,13 +15,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::persistent::{self, Reserved};
-use super::{episode, neighbor};
 
 /// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, or while a thread
 /// posts an episode the ranks may agree to run as `neighbor`. Bit 0: `DEFERRED` holds operations;
 /// bits 1-15 count the threads holding a `neighbor` instance's posts (in steps of 2); the bits
 /// above count the threads whose episode in progress watches for other MPI calls
-/// (`episode::interrupted`).
+/// (`halo::episode`).
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
 const LISTED: i32 = 1;
@@ -90,14 +90,6 @@ pub fn start_all_but(
     taken
 }
 
-/// Starts every deferred operation.
-#[inline]
-pub fn post_all() {
-    if any() {
-        commtune_post_deferred();
-    }
-}
-
 /// Starts the held operations of `DEFERRED` only (a call that cannot block may leave a
 /// `neighbor` instance held).
 pub fn post_listed() {
@@ -112,12 +104,4 @@ pub fn post_listed() {
 pub fn post_listed_then(post: impl FnOnce() -> c_int) -> c_int {
     post_listed();
     post()
-}
-
-/// Every MPI entry point comes here first while `commtune_deferred_pending` is nonzero.
-#[unsafe(no_mangle)]
-pub extern "C" fn commtune_post_deferred() {
-    episode::interrupted();
-    neighbor::flush();
-    post_listed();
 }

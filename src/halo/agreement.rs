@@ -25,9 +25,9 @@ use commtune_tune::stats;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use super::{Expected, Schedule};
+use crate::codelets::halo::NEIGHBOR;
+use crate::codelets::halo::neighbor::{Expected, Schedule};
 use crate::config::Mode;
-use crate::halo::{NEIGHBOR, episode, tuning};
 use crate::keys::Entry;
 use crate::mpi::{self, Comm, HandleBits, MPI_Comm, PointToPointKind};
 use crate::{clock, runtime};
@@ -250,16 +250,27 @@ impl Communicator {
     }
 }
 
+/// What the agreement reads of this rank's episodes, from the halo layer that tracks and tunes
+/// them.
+#[derive(Clone, Copy)]
+pub struct Episodes {
+    /// The key this thread's episode in progress is predicted to be.
+    pub open: fn() -> Option<&'static Entry>,
+    /// Whether this rank decided its own codelet for an episode key (under tuning, ranks propose
+    /// an episode only then).
+    pub settled: fn(&Entry) -> bool,
+}
+
 /// The application called a collective on `comm` (every rank of it does, in the same order).
 #[inline]
-pub fn at_collective(comm: MPI_Comm) {
+pub fn at_collective(comm: MPI_Comm, episodes: Episodes) {
     if may_agree() {
-        count_collective(comm);
+        count_collective(comm, episodes);
     }
 }
 
 #[cold]
-fn count_collective(comm: MPI_Comm) {
+fn count_collective(comm: MPI_Comm, episodes: Episodes) {
     let bits = comm.bits();
     let (due, trial) = {
         let mut c = communicator(comm);
@@ -280,8 +291,8 @@ fn count_collective(comm: MPI_Comm) {
         return;
     };
     let agreed = match trial {
-        None => propose(bits, &private),
-        Some(entry) => evaluate(bits, entry, &private),
+        None => propose(bits, &private, episodes),
+        Some(entry) => evaluate(bits, entry, &private, episodes),
     };
     if let Err(code) = agreed {
         settle(bits, &format!("MPI error {code} during the agreement"));
@@ -315,19 +326,19 @@ fn set_outcome(bits: usize, outcome: String) {
 
 /// The first instance no rank has begun: reduced from this rank's closed instances of `entry` and
 /// whether it has one open.
-fn next_instance(entry: &'static Entry) -> i64 {
-    let open = episode::open_prediction().is_some_and(|e| std::ptr::eq(e, entry));
+fn next_instance(entry: &'static Entry, episodes: Episodes) -> i64 {
+    let open = (episodes.open)().is_some_and(|e| std::ptr::eq(e, entry));
     entry.calls() as i64 + i64::from(open) + 1
 }
 
 /// Every rank proposes its candidate; if all propose the same episode at the same instance, the
 /// graph is built and the episode switches.
-fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
+fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::MpiResult {
     let (entry, identity, messages) = {
         let c = COMMS.get(&bits);
         let latest = c.as_ref().and_then(|c| c.candidates.get(&c.latest?));
         let ready =
-            latest.filter(|k| k.steady >= STEADY && (forced() || tuning::is_settled(k.entry)));
+            latest.filter(|k| k.steady >= STEADY && (forced() || (episodes.settled)(k.entry)));
         match ready {
             Some(k) => (Some(k.entry), k.identity, k.messages.clone()),
             None => (None, 0, Vec::new()),
@@ -336,7 +347,7 @@ fn propose(bits: usize, private: &Comm) -> mpi::datatype::MpiResult {
     let ready = i64::from(entry.is_some());
     let identity = (identity >> 2) as i64;
     let closed = entry.map_or(0, |e| e.calls() as i64);
-    let next = entry.map_or(0, next_instance);
+    let next = entry.map_or(0, |e| next_instance(e, episodes));
     let mut values = [identity, -identity, closed, -closed, ready, -ready, next];
     private.allreduce_max_i64(&mut values)?;
     let agreed = values[4] == 1 && values[5] == -1 && values[0] == -values[1];
@@ -479,12 +490,13 @@ fn build(
         Ok(graph) => graph,
         Err(why) => return Ok(Err(why)),
     };
-    Ok(Ok(Schedule {
-        messages: messages.to_vec(),
-        blocks: edges.blocks,
-        sends: edges.destinations.len(),
+    let sends = edges.destinations.len();
+    Ok(Ok(Schedule::new(
+        messages.to_vec(),
+        edges.blocks,
+        sends,
         graph,
-    }))
+    )))
 }
 
 /// Whether every rank's `local` is Ok: this rank's value, or why not (its own reason, or
@@ -504,7 +516,12 @@ fn all_ok<T>(
 
 /// Ends the trial of `entry` once every rank has its samples: the slowest rank's estimates
 /// decide, the same everywhere.
-fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype::MpiResult {
+fn evaluate(
+    bits: usize,
+    entry: &'static Entry,
+    private: &Comm,
+    episodes: Episodes,
+) -> mpi::datatype::MpiResult {
     let config = runtime::config();
     // Every rank agreed to this trial, so each has its record; a missing one counts as broken
     // rather than leaving the reduction below to the others.
@@ -525,7 +542,7 @@ fn evaluate(bits: usize, entry: &'static Entry, private: &Comm) -> mpi::datatype
         neighbor,
         own,
         f64::from(u8::from(broken)),
-        next_instance(entry) as f64,
+        next_instance(entry, episodes) as f64,
     ];
     private.allreduce_max_f64(&mut values)?;
     let enough = -values[0] >= f64::from(config.tuning.samples);
@@ -573,14 +590,9 @@ fn forget(bits: usize) {
     explain(&c);
     let mut graphs = Vec::new();
     for mut u in USES.iter_mut() {
-        if u.schedule
-            .messages
-            .first()
-            .is_some_and(|m| m.comm.bits() == bits)
-            && !u.freed
-        {
+        if u.schedule.comm().is_some_and(|c| c.bits() == bits) && !u.freed {
             u.freed = true;
-            graphs.push(u.schedule.graph.raw);
+            graphs.push(u.schedule.graph());
         }
     }
     graphs.into_iter().for_each(mpi::comm_free);

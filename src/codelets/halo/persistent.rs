@@ -3,11 +3,8 @@
 //! once and started each time. The application receives that request as its Isend/Irecv handle
 //! and sees it become MPI_REQUEST_NULL when it completes, as an ordinary request would.
 //!
-//! Requirements: counts that fit an int (no large-count persistent calls in MPI-3); a real peer
-//! (MPICH 4.0 takes a started persistent request to MPI_PROC_NULL for an inactive one, so Waitany
-//! would never complete it; such a message costs nothing anyway); a message that is not already in
-//! flight (a second post of it while the first is active goes native). A message is first seen
-//! natively; only its repetition makes a persistent request.
+//! A message is first seen natively; only its repetition makes a persistent request. A second
+//! post of a message while the first is active goes native.
 //! State dies with the communicator or datatype it names (`mpi::watch`), so a reused handle value
 //! never starts a request made for a freed object.
 
@@ -19,15 +16,15 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use rustc_hash::FxBuildHasher;
 
+use super::HaloCodelet;
+use super::HaloRequirement::{IntCount, NotInFlight, PostedBefore, RealPeer};
 use crate::mpi::requests::Persistent;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 
-pub const REQUIRES: &[&str] = &[
-    "a message posted before (same buffer, count, datatype, peer, tag, communicator)",
-    "an int count",
-    "a peer other than MPI_PROC_NULL",
-    "no post of the same message in flight",
-];
+pub const CODELET: HaloCodelet = HaloCodelet {
+    name: "persistent",
+    requires: &[PostedBefore, IntCount, RealPeer, NotInFlight],
+};
 
 /// Messages remembered at most (bounded memory for programs that never repeat a buffer).
 const MAX_MESSAGES: usize = 8192;
