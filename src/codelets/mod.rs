@@ -192,10 +192,14 @@ pub fn execute<C: Operation>(call: &C, index: usize) -> c_int {
     rc
 }
 
-/// The test-only delay of COMMTUNE_INJECT_DELAY: a slow collective, as every rank sees it. The
-/// barrier makes the ranks leave together, as from a real slow collective, so that one rank's
-/// late wake-up does not make the next call look slow.
-pub fn inject_delay<C: Operation>(call: &C, delay: std::time::Duration) {
+/// The test-only delay of COMMTUNE_INJECT_DELAY for codelet `index` at call `instance` of a key:
+/// a slow collective, as every rank sees it. The barrier makes the ranks leave together, as from
+/// a real slow collective, so that one rank's late wake-up does not make the next call look slow.
+#[inline]
+pub fn inject_delay<C: Operation>(call: &C, index: usize, instance: u64) {
+    let Some(delay) = crate::runtime::config().delay(C::OP, index, instance) else {
+        return;
+    };
     std::thread::sleep(delay);
     if let Ok(comm) = crate::mpi::private_comm(call.comm()) {
         let _ = comm.barrier();

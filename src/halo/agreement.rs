@@ -95,10 +95,6 @@ static COMMS: LazyLock<DashMap<usize, Communicator, FxBuildHasher>> =
 /// Keyed by the entry's address: entries live for the whole process.
 static USES: LazyLock<DashMap<usize, Use, FxBuildHasher>> = LazyLock::new(DashMap::default);
 
-fn id(entry: &Entry) -> usize {
-    std::ptr::from_ref(entry) as usize
-}
-
 /// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
 /// which MPI libraries are loaded).
 #[inline]
@@ -193,7 +189,7 @@ pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
     if !may_agree() {
         return None;
     }
-    let u = USES.get(&id(entry))?;
+    let u = USES.get(&entry.id())?;
     let instance = entry.calls() + 1;
     let collective = if instance < u.from {
         false
@@ -211,7 +207,7 @@ pub fn sample(entry: &Entry, collective: bool, ticks: u64) {
         return;
     }
     let instance = entry.calls();
-    if let Some(mut u) = USES.get_mut(&id(entry))
+    if let Some(mut u) = USES.get_mut(&entry.id())
         && (u.from..u.decided_from).contains(&instance)
     {
         let samples = if collective {
@@ -225,7 +221,7 @@ pub fn sample(entry: &Entry, collective: bool, ticks: u64) {
 
 /// This rank could not run an agreed instance of `entry`.
 pub fn broken(entry: &Entry, why: &str) {
-    if let Some(mut u) = USES.get_mut(&id(entry))
+    if let Some(mut u) = USES.get_mut(&entry.id())
         && !u.broken
     {
         u.broken = true;
@@ -374,7 +370,7 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
                 Phase::Trial
             };
             USES.insert(
-                id(entry),
+                entry.id(),
                 Use {
                     schedule: Arc::new(schedule),
                     from: values[6] as u64,
@@ -528,7 +524,7 @@ fn evaluate(
     let estimate = |samples: &[f64]| {
         stats::estimate(config.tuning.filter, samples).map_or(0.0, |e| e.location)
     };
-    let (fewest, neighbor, own, broken) = USES.get(&id(entry)).map_or((0, 0.0, 0.0, true), |u| {
+    let (fewest, neighbor, own, broken) = USES.get(&entry.id()).map_or((0, 0.0, 0.0, true), |u| {
         let fewest = u.samples.len().min(u.own_samples.len());
         (
             fewest,
@@ -550,7 +546,7 @@ fn evaluate(
         return Ok(());
     }
     let kept = values[3] == 0.0 && values[1] < values[2] * (1.0 - config.tuning.min_gain);
-    if let Some(mut u) = USES.get_mut(&id(entry)) {
+    if let Some(mut u) = USES.get_mut(&entry.id()) {
         u.phase = if kept { Phase::Chosen } else { Phase::Rejected };
         u.decided_from = values[4] as u64;
     }
@@ -577,7 +573,7 @@ fn evaluate(
 
 /// Whether `entry` runs the collective for good (the report names it the winner).
 pub fn chosen(entry: &Entry) -> bool {
-    USES.get(&id(entry))
+    USES.get(&entry.id())
         .is_some_and(|u| u.phase == Phase::Chosen && !u.broken)
 }
 
@@ -608,7 +604,7 @@ fn explain(c: &Communicator) {
     let other = c
         .candidates
         .values()
-        .any(|k| USES.contains_key(&id(k.entry)));
+        .any(|k| USES.contains_key(&k.entry.id()));
     let why = c.outcome.clone().unwrap_or_else(|| {
         if other {
             return "the ranks agreed on another episode of its communicator (one at most)".into();
@@ -618,7 +614,7 @@ fn explain(c: &Communicator) {
             .into()
     });
     for k in c.candidates.values() {
-        if !USES.contains_key(&id(k.entry)) {
+        if !USES.contains_key(&k.entry.id()) {
             k.entry
                 .note(format!("halo codelet neighbor was not agreed: {why}"));
         }

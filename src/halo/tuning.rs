@@ -55,10 +55,6 @@ struct Search {
 static TUNING: LazyLock<DashMap<usize, EpisodeTuning, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
-fn id(entry: &Entry) -> usize {
-    std::ptr::from_ref(entry) as usize
-}
-
 /// Runs of each codelet in a row per round.
 fn repeat() -> usize {
     runtime::config().tuning.timing.repeat()
@@ -66,7 +62,7 @@ fn repeat() -> usize {
 
 /// The codelet the next instance of `entry` runs.
 pub fn choose(entry: &'static Entry) -> usize {
-    let Some(t) = TUNING.get(&id(entry)) else {
+    let Some(t) = TUNING.get(&entry.id()) else {
         return 0;
     };
     if let Some(winner) = t.production {
@@ -89,7 +85,7 @@ pub fn completed(
     ticks: u64,
     now: u64,
 ) -> Measured {
-    let mut t = TUNING.entry(id(entry)).or_default();
+    let mut t = TUNING.entry(entry.id()).or_default();
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
@@ -225,7 +221,7 @@ impl Search {
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
     TUNING
-        .get(&id(entry))
+        .get(&entry.id())
         .is_some_and(|t| t.production.is_some())
 }
 
@@ -233,7 +229,7 @@ pub fn is_settled(entry: &Entry) -> bool {
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
     let names = codelets::names(Op::Halo);
-    let Some(t) = TUNING.get(&id(entry)) else {
+    let Some(t) = TUNING.get(&entry.id()) else {
         return Progress {
             stage: Stage::Warmup,
             reason: Some(warmup_reason(0, warmup)),

@@ -26,6 +26,36 @@ pub extern "C" fn commtune_barrier(comm: MPI_Comm) -> c_int {
     mpi::barrier(comm)
 }
 
+/// What the entry points need of each intercepted collective's call record.
+trait Intercepted: Operation + Sized {
+    /// The datatypes MPI must find valid (with the communicator) before the library reads the
+    /// call.
+    fn datatypes(&self) -> [MPI_Datatype; 2];
+    /// The call once its handles are known valid (allgatherv's count arrays are read then).
+    fn checked(self) -> Self {
+        self
+    }
+    /// Its raw identity, from the return address `caller`.
+    fn key(&self, caller: usize) -> CallKey;
+    /// Its description, the first time the key is seen (or a handle it read was freed).
+    fn describe(&self) -> Description;
+}
+
+/// Runs an intercepted collective made at `ra`: native while the library is off or MPI is not
+/// running or would reject the call, else through its key.
+fn intercept<C: Intercepted>(ra: *const c_void, call: C) -> c_int {
+    halo::post_deferred();
+    if !runtime::enabled()
+        || runtime::process().is_none()
+        || !mpi::are_valid(call.comm(), &call.datatypes())
+    {
+        return call.native();
+    }
+    let call = call.checked();
+    let (key, entry) = keys::find(call.key(ra as usize), |_| call.describe());
+    dispatch(&call, key, entry)
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn commtune_allreduce(
     ra: *const c_void,
@@ -37,7 +67,6 @@ pub extern "C" fn commtune_allreduce(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> c_int {
-    halo::post_deferred();
     let call = Allreduce {
         sendbuf,
         recvbuf,
@@ -47,43 +76,54 @@ pub extern "C" fn commtune_allreduce(
         comm,
         large: large != 0,
     };
-    if !runtime::enabled() || runtime::process().is_none() || !mpi::are_valid(comm, &[datatype]) {
-        return call.native();
+    intercept(ra, call)
+}
+
+impl Intercepted for Allreduce {
+    fn datatypes(&self) -> [MPI_Datatype; 2] {
+        [self.datatype, self.datatype]
     }
-    let in_place = mpi::is_in_place(sendbuf);
-    let key = CallKey {
-        caller: ra as usize,
-        op: Op::Allreduce,
-        words: [
-            comm.bits() as u64,
-            count as u64,
-            datatype.bits() as u64,
-            op.bits() as u64,
-            u64::from(in_place),
-        ],
-    };
-    let (key, entry) = keys::find(key, |_| {
-        let size = mpi::comm_size(comm);
-        let in_place = if in_place { " in_place" } else { "" };
+
+    fn key(&self, caller: usize) -> CallKey {
+        CallKey {
+            caller,
+            op: Op::Allreduce,
+            words: [
+                self.comm.bits() as u64,
+                self.count as u64,
+                self.datatype.bits() as u64,
+                self.op.bits() as u64,
+                u64::from(mpi::is_in_place(self.sendbuf)),
+            ],
+        }
+    }
+
+    fn describe(&self) -> Description {
+        let size = mpi::comm_size(self.comm);
+        let in_place = if mpi::is_in_place(self.sendbuf) {
+            " in_place"
+        } else {
+            ""
+        };
         let signature = format!(
-            "count={count} datatype={} op={} comm_size={size}{in_place}",
-            mpi::type_name(datatype),
-            mpi::op_name(op),
+            "count={} datatype={} op={} comm_size={size}{in_place}",
+            self.count,
+            mpi::type_name(self.datatype),
+            mpi::op_name(self.op),
         );
         Description {
             agree: format!(
                 "bytes={} op={} comm_size={size}{in_place} {:?}",
-                call.bytes(),
-                mpi::op_name(op),
-                call.facts()
+                self.bytes(),
+                mpi::op_name(self.op),
+                self.facts()
             ),
             merge_key: signature.clone(),
             signature,
-            bytes_per_call: call.bytes(),
-            handles: keys::freeable(comm, &[datatype], Some(op)),
+            bytes_per_call: self.bytes(),
+            handles: keys::freeable(self.comm, &[self.datatype], Some(self.op)),
         }
-    });
-    dispatch(&call, key, entry)
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -98,7 +138,6 @@ pub extern "C" fn commtune_alltoall(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    halo::post_deferred();
     let call = Alltoall {
         sendbuf,
         sendcount,
@@ -109,51 +148,69 @@ pub extern "C" fn commtune_alltoall(
         comm,
         large: large != 0,
     };
-    if !runtime::enabled()
-        || runtime::process().is_none()
-        || !mpi::are_valid(comm, &[sendtype, recvtype])
-    {
-        return call.native();
+    intercept(ra, call)
+}
+
+/// The send side as a signature reads it.
+fn send_side(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype) -> String {
+    if mpi::is_in_place(sendbuf) {
+        "in_place".to_string()
+    } else {
+        format!(
+            "sendcount={sendcount} sendtype={}",
+            mpi::type_name(sendtype)
+        )
     }
-    let in_place = mpi::is_in_place(sendbuf);
-    let key = CallKey {
-        caller: ra as usize,
-        op: Op::Alltoall,
-        words: [
-            comm.bits() as u64,
-            if in_place { u64::MAX } else { sendcount as u64 },
-            sendtype.bits() as u64,
-            recvcount as u64,
-            recvtype.bits() as u64,
-        ],
-    };
-    let (key, entry) = keys::find(key, |_| {
-        let size = mpi::group_size(comm);
-        let send = if in_place {
-            "in_place".to_string()
-        } else {
-            format!(
-                "sendcount={sendcount} sendtype={}",
-                mpi::type_name(sendtype)
-            )
-        };
+}
+
+/// A send count as a key reads it: in place, the count is not read (it has no meaning).
+fn send_word(sendbuf: *const c_void, sendcount: MPI_Count) -> u64 {
+    if mpi::is_in_place(sendbuf) {
+        u64::MAX
+    } else {
+        sendcount as u64
+    }
+}
+
+impl Intercepted for Alltoall {
+    fn datatypes(&self) -> [MPI_Datatype; 2] {
+        [self.sendtype, self.recvtype]
+    }
+
+    fn key(&self, caller: usize) -> CallKey {
+        CallKey {
+            caller,
+            op: Op::Alltoall,
+            words: [
+                self.comm.bits() as u64,
+                send_word(self.sendbuf, self.sendcount),
+                self.sendtype.bits() as u64,
+                self.recvcount as u64,
+                self.recvtype.bits() as u64,
+            ],
+        }
+    }
+
+    fn describe(&self) -> Description {
+        let size = mpi::group_size(self.comm);
         let signature = format!(
-            "{send} recvcount={recvcount} recvtype={} comm_size={size}",
-            mpi::type_name(recvtype)
+            "{} recvcount={} recvtype={} comm_size={size}",
+            send_side(self.sendbuf, self.sendcount, self.sendtype),
+            self.recvcount,
+            mpi::type_name(self.recvtype)
         );
         Description {
             agree: format!(
                 "block_bytes={} comm_size={size} {:?}",
-                recvcount * mpi::type_size(recvtype),
-                call.facts()
+                self.recvcount * mpi::type_size(self.recvtype),
+                self.facts()
             ),
             merge_key: signature.clone(),
             signature,
-            bytes_per_call: call.bytes(i64::from(size)),
-            handles: keys::freeable(comm, &[sendtype, recvtype], None),
+            bytes_per_call: self.bytes(i64::from(size)),
+            handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
         }
-    });
-    dispatch(&call, key, entry)
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -169,7 +226,6 @@ pub extern "C" fn commtune_allgatherv(
     recvtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    halo::post_deferred();
     let large = large != 0;
     let call = Allgatherv {
         sendbuf,
@@ -182,71 +238,73 @@ pub extern "C" fn commtune_allgatherv(
         comm,
         large,
     };
-    if !runtime::enabled()
-        || runtime::process().is_none()
-        || !mpi::are_valid(comm, &[sendtype, recvtype])
-    {
-        return call.native();
+    intercept(ra, call)
+}
+
+impl Intercepted for Allgatherv {
+    fn datatypes(&self) -> [MPI_Datatype; 2] {
+        [self.sendtype, self.recvtype]
     }
-    let in_place = mpi::is_in_place(sendbuf);
-    // One entry per rank of the (remote, for an intercommunicator) group.
-    let size = mpi::group_size(comm).max(0) as usize;
-    // SAFETY: MPI requires recvcounts and displs to hold one entry per rank of that group.
-    let call = unsafe {
-        Allgatherv {
-            recvcounts: call.recvcounts.readable(size),
-            displs: call.displs.readable(size),
-            ..call
+
+    fn checked(self) -> Self {
+        // One entry per rank of the (remote, for an intercommunicator) group.
+        let size = mpi::group_size(self.comm).max(0) as usize;
+        // SAFETY: MPI requires recvcounts and displs to hold one entry per rank of that group.
+        unsafe {
+            Allgatherv {
+                recvcounts: self.recvcounts.readable(size),
+                displs: self.displs.readable(size),
+                ..self
+            }
         }
-    };
-    let mut layout = FxHasher::default();
-    for i in 0..size {
-        layout.write_i64(call.recvcounts.get(i));
-        layout.write_i64(call.displs.get(i));
     }
-    let key = CallKey {
-        caller: ra as usize,
-        op: Op::Allgatherv,
-        words: [
-            comm.bits() as u64,
-            if in_place { u64::MAX } else { sendcount as u64 },
-            sendtype.bits() as u64,
-            recvtype.bits() as u64,
-            layout.finish(),
-        ],
-    };
-    let (key, entry) = keys::find(key, |_| {
-        let counts: Vec<i64> = (0..size).map(|i| call.recvcounts.get(i)).collect();
+
+    fn key(&self, caller: usize) -> CallKey {
+        let mut layout = FxHasher::default();
+        for i in 0..self.recvcounts.entries() {
+            layout.write_i64(self.recvcounts.get(i));
+            layout.write_i64(self.displs.get(i));
+        }
+        CallKey {
+            caller,
+            op: Op::Allgatherv,
+            words: [
+                self.comm.bits() as u64,
+                send_word(self.sendbuf, self.sendcount),
+                self.sendtype.bits() as u64,
+                self.recvtype.bits() as u64,
+                layout.finish(),
+            ],
+        }
+    }
+
+    fn describe(&self) -> Description {
+        let size = self.recvcounts.entries();
+        let counts: Vec<i64> = (0..size).map(|i| self.recvcounts.get(i)).collect();
         let merge_key = format!(
             "recvcounts={} recvtype={} comm_size={size}",
             summarize_counts(&counts),
-            mpi::type_name(recvtype)
+            mpi::type_name(self.recvtype)
         );
-        let send = if in_place {
-            "in_place".to_string()
-        } else {
-            format!(
-                "sendcount={sendcount} sendtype={}",
-                mpi::type_name(sendtype)
-            )
-        };
         let bytes: Vec<i64> = counts
             .iter()
-            .map(|c| c * mpi::type_size(recvtype))
+            .map(|c| c * mpi::type_size(self.recvtype))
             .collect();
         Description {
             agree: format!(
                 "recvbytes={} comm_size={size} {:?}",
                 summarize_counts(&bytes),
-                call.facts()
+                self.facts()
             ),
-            signature: format!("{send} {merge_key}"),
+            signature: format!(
+                "{} {merge_key}",
+                send_side(self.sendbuf, self.sendcount, self.sendtype)
+            ),
             merge_key,
-            bytes_per_call: call.bytes(size),
-            handles: keys::freeable(comm, &[sendtype, recvtype], None),
+            bytes_per_call: self.bytes(size),
+            handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
         }
-    });
-    dispatch(&call, key, entry)
+    }
 }
 
 /// Counts in full for small communicators, else their sum and range.

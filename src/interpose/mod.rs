@@ -27,11 +27,7 @@ fn dispatch<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) ->
     }
     let index = forced_or_native(call, entry);
     let start = clock::now();
-    if !config.delays.is_empty()
-        && let Some(delay) = config.delay(C::OP, index, entry.calls() + 1)
-    {
-        codelets::inject_delay(call, delay);
-    }
+    codelets::inject_delay(call, index, entry.calls() + 1);
     let rc = codelets::execute(call, index);
     entry.record(clock::now().saturating_sub(start), index, Measured::Other);
     rc

@@ -358,6 +358,11 @@ impl Entry {
         self.calls.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
+    /// The entry's identity in side tables (it lives until the process ends).
+    pub fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     /// Whether this is a site's entry of its signatures beyond `MAX_SIGNATURES`: its calls have
     /// many agreed identities, so it shows no tuning of its own.
     pub fn is_folded(&self) -> bool {

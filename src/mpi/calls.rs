@@ -119,6 +119,11 @@ impl Counts {
         Counts { len, ..self }
     }
 
+    /// Entries `get` may read.
+    pub fn entries(&self) -> usize {
+        self.len
+    }
+
     /// Entry `i` (0 beyond the readable entries).
     pub fn get(&self, i: usize) -> i64 {
         if i >= self.len {

@@ -167,7 +167,6 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             k,
         })
     };
-    let config = runtime::config();
     let timed = step.measure != Measure::Counted;
     let start = if timed { clock::now() } else { 0 };
     // The call's own time leaves out the barrier of barrier timing: the report compares it
@@ -179,12 +178,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
         }
         None => start,
     };
-    if !config.delays.is_empty() {
-        let instance = tuner.instances.load(Ordering::Relaxed);
-        if let Some(delay) = config.delay(C::OP, step.codelet, instance) {
-            codelets::inject_delay(call, delay);
-        }
-    }
+    codelets::inject_delay(call, step.codelet, tuner.instances.load(Ordering::Relaxed));
     let rc = codelets::execute(call, step.codelet);
     if timed {
         let end = clock::now();
@@ -229,14 +223,14 @@ fn linked(
     link.current
         .set(Box::leak(Box::new(Linked { agree_hash, tuner })));
     if !entry.is_folded() {
-        REPORTED.insert(std::ptr::from_ref(entry) as usize, tuner);
+        REPORTED.insert(entry.id(), tuner);
     }
     tuner
 }
 
 /// The report's view of `entry`'s tuning (`names`: its operation's codelets), if a tuner ran it.
 pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
-    let tuner = *REPORTED.get(&(std::ptr::from_ref(entry) as usize))?;
+    let tuner = *REPORTED.get(&entry.id())?;
     Some(tuner.report(names, ns_per_tick))
 }
 
