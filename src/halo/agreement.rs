@@ -73,7 +73,7 @@ enum Phase {
 }
 
 /// An agreed episode on this rank.
-struct Use {
+struct AgreedEpisode {
     schedule: Arc<Schedule>,
     /// The first instance that may run the collective, and the first the decision applies to
     /// (before it, a trial alternates the collective with the ranks' own codelets in pairs of
@@ -93,7 +93,8 @@ struct Use {
 static COMMS: LazyLock<DashMap<usize, Communicator, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 /// Keyed by the entry's address: entries live for the whole process.
-static USES: LazyLock<DashMap<usize, Use, FxBuildHasher>> = LazyLock::new(DashMap::default);
+static USES: LazyLock<DashMap<usize, AgreedEpisode, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
 
 /// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
 /// which MPI libraries are loaded).
@@ -344,11 +345,12 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
     let identity = (identity >> 2) as i64;
     let closed = entry.map_or(0, |e| e.calls() as i64);
     let next = entry.map_or(0, |e| next_instance(e, episodes));
-    let mut values = [identity, -identity, closed, -closed, ready, -ready, next];
-    private.allreduce_max_i64(&mut values)?;
-    let agreed = values[4] == 1 && values[5] == -1 && values[0] == -values[1];
-    let Some(entry) = entry.filter(|_| agreed && values[2] == -values[3]) else {
-        let why = match (values[4], values[5]) {
+    let [identity, closed, ready, next] = private.min_max_i64([identity, closed, ready, next])?;
+    // The first instance no rank has begun.
+    let next = next.max;
+    let agreed = ready.min == 1 && identity.same_everywhere();
+    let Some(entry) = entry.filter(|_| agreed && closed.same_everywhere()) else {
+        let why = match (ready.max, ready.min) {
             (0, _) => "no rank had a repeating episode ready",
             (_, 0) => {
                 "not every rank had this episode ready (each must have run it twice in a row with no other MPI call between its posts, and under tuning decided its own codelet)"
@@ -371,13 +373,13 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
             };
             USES.insert(
                 entry.id(),
-                Use {
+                AgreedEpisode {
                     schedule: Arc::new(schedule),
-                    from: values[6] as u64,
+                    from: next as u64,
                     decided_from: if phase == Phase::Trial {
                         u64::MAX
                     } else {
-                        values[6] as u64
+                        next as u64
                     },
                     phase,
                     samples: Vec::new(),
@@ -391,7 +393,7 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
                  communicator to run it from instance {}",
                 private.size,
                 collective_number(bits),
-                values[6]
+                next
             ));
             if let Some(mut c) = COMMS.get_mut(&bits) {
                 c.outcome = None;

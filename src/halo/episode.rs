@@ -18,7 +18,7 @@ use commtune_report::Op;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::{Completed, agreement, tuning};
+use super::{Completed, agreement, rank_tuner};
 use crate::codelets::halo::neighbor::{self, Expected};
 use crate::codelets::halo::{CODELETS, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred};
 use crate::config::Mode;
@@ -96,7 +96,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         let config = runtime::config();
         t.codelet = match config.forced(Op::Halo) {
             Some(forced) => forced,
-            None if config.mode == Mode::Tune => t.predicted.map_or(0, tuning::choose),
+            None if config.mode == Mode::Tune => t.predicted.map_or(0, rank_tuner::choose),
             None => 0,
         };
         (t.codelet, t.predicted)
@@ -309,7 +309,7 @@ impl Tracker {
         let elapsed = now.saturating_sub(self.first_post);
         let measured = if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
             let chosen = expected.then_some(self.codelet);
-            tuning::completed(entry, chosen, ran, unchanged, elapsed, now)
+            rank_tuner::completed(entry, chosen, ran, unchanged, elapsed, now)
         } else {
             Measured::Other
         };

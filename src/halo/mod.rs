@@ -1,14 +1,14 @@
 //! Halo exchanges: the application's MPI_Isend/MPI_Irecv calls grouped into episodes
 //! (`episode`), each posted by its halo codelet (`codelets::halo`: forced, or the one this rank's
-//! halo tuning chose, `tuning`), and the one codelet ranks must agree on, `neighbor`, agreed inside
+//! halo tuning chose, `rank_tuner`), and the one codelet ranks must agree on, `neighbor`, agreed inside
 //! the application's collectives (`agreement`). This module dispatches posts and completion calls
 //! to them.
 
 mod agreement;
 mod episode;
-mod tuning;
+mod rank_tuner;
 
-pub use tuning::report as tuning_report;
+pub use rank_tuner::report as tuning_report;
 
 use std::cell::RefCell;
 use std::ffi::c_int;
@@ -53,7 +53,7 @@ pub fn agree_at_collective(comm: MPI_Comm) {
         comm,
         agreement::Episodes {
             open: episode::open_prediction,
-            settled: tuning::is_settled,
+            settled: rank_tuner::is_settled,
         },
     );
 }

@@ -3,7 +3,7 @@
 //!
 //! Every rank must run the same codelet for the same instance of a collective (DESIGN
 //! invariant 2). The MPI standard makes all ranks call the collectives of a communicator in the
-//! same order, so each rank counts them (`CommTuning::instance`) and gets the same count. Every
+//! same order, so each rank counts them (`CommTunerState::instance`) and gets the same count. Every
 //! decision is taken at an instance index all ranks compute alike, from one reduction on the
 //! private communicator:
 //! - checkpoints, at instances spaced by shared, deterministic intervals: each rank proposes the
@@ -18,7 +18,7 @@
 //! assumes, as every tuner of SPMD programs does, that ranks which agreed to be at a key keep
 //! calling it in step.
 
-mod agree;
+mod consensus;
 mod state;
 
 use std::any::Any;
@@ -27,10 +27,10 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use self::state::{
-    CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
-    comm_slot, forget,
+    CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
+    TunerState, comm_tuner, forget,
 };
-use self::state::{KeyTuner, Linked, TunerLink};
+use self::state::{Linked, Tuner, TunerLink};
 use commtune_report::TuningData;
 use commtune_tune::stats::Samples;
 use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
@@ -104,12 +104,12 @@ impl Step {
 /// A call off the settled path: the call, its local key and the key's entry, the tuner of its
 /// agreed identity, its communicator, the communicator's instance `n` and the key's call number
 /// `k`.
-struct At<'c, C> {
+struct SlowCall<'c, C> {
     call: &'c C,
     key: &'static Key,
     entry: &'static Entry,
-    tuner: &'static KeyTuner,
-    slot: &'static CommSlot,
+    tuner: &'static Tuner,
+    slot: &'static CommTuner,
     n: u64,
     k: u64,
 }
@@ -132,7 +132,7 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
 /// the key's link to its communicator's slot never changes).
 pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
     let link = link_of(key);
-    let slot = *link.comm.get_or_init(|| comm_slot(call.comm()));
+    let slot = *link.comm.get_or_init(|| comm_tuner(call.comm()));
     let epoch = slot.epoch.load(Ordering::Relaxed);
     let tuner = match link.current.get() {
         Some(l) if l.tuner.epoch == epoch && l.agree_hash == key.agree_hash() => l.tuner,
@@ -157,7 +157,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             measure: sampled(k, drift_at),
         }
     } else {
-        slow_step(&At {
+        slow_step(&SlowCall {
             call,
             key,
             entry,
@@ -205,7 +205,7 @@ fn link_of(key: &'static Key) -> &'static TunerLink {
 }
 
 /// The tuners that report each entry (by address), set off the settled path.
-static REPORTED: LazyLock<DashMap<usize, &'static KeyTuner, FxBuildHasher>> =
+static REPORTED: LazyLock<DashMap<usize, &'static Tuner, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 /// The tuner of `key`'s agreed identity on its communicator in epoch `epoch`, linked to the key
@@ -215,9 +215,9 @@ fn linked(
     key: &Key,
     link: &TunerLink,
     entry: &'static Entry,
-    slot: &CommSlot,
+    slot: &CommTuner,
     epoch: u64,
-) -> &'static KeyTuner {
+) -> &'static Tuner {
     let agree_hash = key.agree_hash();
     let tuner = lock(&slot.state).key(agree_hash, epoch);
     link.current
@@ -235,7 +235,7 @@ pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningD
 }
 
 /// Books a measured call into the key's search or drift window.
-fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
+fn measured(tuner: &Tuner, step: &Step, start: u64, ticks: u64) {
     let mut key = lock(&tuner.state);
     key.ticks += ticks;
     match (&mut key.phase, step.measure) {
@@ -253,7 +253,7 @@ fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
 }
 
 /// A call off the settled path: warm-up, checkpoints, search steps, drift checks.
-fn slow_step<C: Operation>(at: &At<C>) -> Step {
+fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     let (slot, tuner, n, k) = (at.slot, at.tuner, at.n, at.k);
     let mut comm = lock(&slot.state);
     let mut key = lock(&tuner.state);
@@ -309,9 +309,9 @@ fn slow_step<C: Operation>(at: &At<C>) -> Step {
 /// A drift check of a key in production (every rank is at the same call of it). Returns the
 /// search step when the search reopens.
 fn drift_check<C: Operation>(
-    at: &At<C>,
-    comm: &mut CommTuning,
-    key: &mut KeyTuning,
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
 ) -> Option<Step> {
     let settings = runtime::config().tuning;
     let Phase::Production(p) = &mut key.phase else {
@@ -321,7 +321,7 @@ fn drift_check<C: Operation>(
         .drift_at
         .store(at.k + settings.drift_interval, Ordering::Relaxed);
     let ratio = drift_ratio(p);
-    let mean = agree::drift(&comm.private?, ratio).ok()?;
+    let mean = consensus::drift(&comm.private?, ratio).ok()?;
     if mean > 1.0 + settings.drift_threshold {
         p.strikes += 1;
     } else {
@@ -355,7 +355,7 @@ fn drift_ratio(p: &mut Production) -> f64 {
 }
 
 /// A checkpoint: every rank is at communicator instance `n`.
-fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) {
+fn checkpoint<C: Operation>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerState) {
     let settings = runtime::config().tuning;
     let private = match comm.private {
         Some(p) => p,
@@ -365,12 +365,12 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
         },
     };
     let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
-    match agree::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
-        Ok(agree::Checkpoint::Agreed) => {
+    match consensus::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
+        Ok(consensus::Checkpoint::Agreed) => {
             comm.interval = MIN_INTERVAL;
             start_search(at, comm, key);
         }
-        Ok(agree::Checkpoint::Disagreed) => {
+        Ok(consensus::Checkpoint::Disagreed) => {
             comm.interval = MIN_INTERVAL;
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {
@@ -380,11 +380,11 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
                 at.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
         }
-        Ok(agree::Checkpoint::Partial) => {
+        Ok(consensus::Checkpoint::Partial) => {
             comm.interval = MIN_INTERVAL;
             key.partial += 1;
         }
-        Ok(agree::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
+        Ok(consensus::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
         Err(_) => return at.slot.disable(comm),
     }
     at.slot.schedule_check(comm, at.n);
@@ -392,7 +392,11 @@ fn checkpoint<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuni
 
 /// Starts (or restarts) the search of the key at this call; false when only native can run the
 /// call (the key then settles on native).
-fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> bool {
+fn start_search<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+) -> bool {
     let config = runtime::config();
     let facts = at.call.facts();
     let candidates: Vec<Candidate> = C::codelets()
@@ -438,7 +442,7 @@ fn schedule(plan: &Plan) -> Vec<usize> {
 }
 
 /// The next call of the key being searched.
-fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Step {
+fn search_step<C>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerState) -> Step {
     let (entry, tuner, slot, n, k) = (at.entry, at.tuner, at.slot, at.n, at.k);
     let settings = runtime::config().tuning;
     let now = clock::now();
@@ -456,7 +460,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
             .map(|c| s.samples.estimate(settings.filter, c.index))
             .collect();
         let wasted = wasted_share(s, key.ticks);
-        let next = match comm.private.map(|p| agree::round(&p, &local, wasted)) {
+        let next = match comm.private.map(|p| consensus::round(&p, &local, wasted)) {
             Some(Ok((agreed, worst_wasted))) => {
                 trace(entry, || {
                     format!(
@@ -567,7 +571,7 @@ fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
 
 /// Ends the active search if its key stopped being called (the same outcome on every rank: the
 /// instance counts are shared).
-fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, tuner: &KeyTuner, n: u64) {
+fn end_stalled_search(slot: &CommTuner, comm: &mut CommTunerState, tuner: &Tuner, n: u64) {
     let Some((active, last)) = comm.active else {
         return;
     };

@@ -28,7 +28,7 @@ pub const MAX_INTERVAL: u64 = 1 << 16;
 
 /// One communicator handle. `epoch` changes when the application frees the communicator, so a
 /// handle value reused for another communicator starts afresh (and so do its keys).
-pub struct CommSlot {
+pub struct CommTuner {
     pub epoch: AtomicU64,
     /// Collective instances on the communicator so far: the same count on every rank.
     pub instance: AtomicU64,
@@ -36,21 +36,21 @@ pub struct CommSlot {
     pub next_check: AtomicU64,
     /// A key of this communicator is being searched (checkpoints wait).
     pub searching: AtomicBool,
-    pub state: Mutex<CommTuning>,
+    pub state: Mutex<CommTunerState>,
 }
 
-pub struct CommTuning {
+pub struct CommTunerState {
     pub interval: u64,
     pub checks: u64,
     /// More than one rank and an intra-communicator (decided at first use).
     pub tunable: Option<bool>,
     pub private: Option<Comm>,
     /// The key being searched, and the communicator instance of its latest call.
-    pub active: Option<(&'static KeyTuner, u64)>,
+    pub active: Option<(&'static Tuner, u64)>,
     /// The keys of this epoch, by agreed identity.
-    keys: HashMap<u64, &'static KeyTuner, FxBuildHasher>,
+    keys: HashMap<u64, &'static Tuner, FxBuildHasher>,
     /// The one untuned tuner of every agreed identity beyond `MAX_KEYS`.
-    overflow: Option<&'static KeyTuner>,
+    overflow: Option<&'static Tuner>,
 }
 
 /// Agreed identities one communicator tunes apart (per epoch), so that memory stays bounded when
@@ -62,9 +62,9 @@ const MAX_KEYS: usize = 1024;
 
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
-impl CommTuning {
-    fn new() -> CommTuning {
-        CommTuning {
+impl CommTunerState {
+    fn new() -> CommTunerState {
+        CommTunerState {
             interval: MIN_INTERVAL,
             checks: 0,
             tunable: None,
@@ -75,18 +75,18 @@ impl CommTuning {
         }
     }
 
-    pub fn is_active(&self, tuner: &KeyTuner) -> bool {
+    pub fn is_active(&self, tuner: &Tuner) -> bool {
         self.active.is_some_and(|(t, _)| std::ptr::eq(t, tuner))
     }
 
     /// The tuner of the key with agreed identity `agree_hash` in epoch `epoch`.
-    pub fn key(&mut self, agree_hash: u64, epoch: u64) -> &'static KeyTuner {
+    pub fn key(&mut self, agree_hash: u64, epoch: u64) -> &'static Tuner {
         if let Some(t) = self.keys.get(&agree_hash) {
             return t;
         }
         if self.keys.len() >= MAX_KEYS {
             return self.overflow.get_or_insert_with(|| {
-                let t: &'static KeyTuner = Box::leak(Box::new(KeyTuner::new(epoch)));
+                let t: &'static Tuner = Box::leak(Box::new(Tuner::new(epoch)));
                 let mut key = lock(&t.state);
                 key.reason =
                     Some("more distinct calls on this communicator than the tuner keeps apart");
@@ -97,24 +97,24 @@ impl CommTuning {
         }
         self.keys
             .entry(agree_hash)
-            .or_insert_with(|| Box::leak(Box::new(KeyTuner::new(epoch))))
+            .or_insert_with(|| Box::leak(Box::new(Tuner::new(epoch))))
     }
 }
 
-impl CommSlot {
-    fn new() -> CommSlot {
-        CommSlot {
+impl CommTuner {
+    fn new() -> CommTuner {
+        CommTuner {
             epoch: AtomicU64::new(EPOCHS.fetch_add(1, Ordering::Relaxed)),
             instance: AtomicU64::new(0),
             next_check: AtomicU64::new(MIN_INTERVAL),
             searching: AtomicBool::new(false),
-            state: Mutex::new(CommTuning::new()),
+            state: Mutex::new(CommTunerState::new()),
         }
     }
 
     /// Schedules the next checkpoint after instance `now`: `interval` with a deterministic
     /// jitter, so that checkpoints do not keep landing on the same key of a repeating pattern.
-    pub fn schedule_check(&self, comm: &mut CommTuning, now: u64) {
+    pub fn schedule_check(&self, comm: &mut CommTunerState, now: u64) {
         comm.checks += 1;
         let mut x = comm.checks.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         x ^= x >> 31;
@@ -123,13 +123,13 @@ impl CommSlot {
     }
 
     /// Starts or ends the search of `active` (None: no search).
-    pub fn set_active(&self, comm: &mut CommTuning, active: Option<(&'static KeyTuner, u64)>) {
+    pub fn set_active(&self, comm: &mut CommTunerState, active: Option<(&'static Tuner, u64)>) {
         comm.active = active;
         self.searching.store(active.is_some(), Ordering::Relaxed);
     }
 
     /// The communicator never tunes (one rank, intercommunicator, or an error).
-    pub fn disable(&self, comm: &mut CommTuning) {
+    pub fn disable(&self, comm: &mut CommTunerState) {
         comm.tunable = Some(false);
         self.next_check.store(u64::MAX, Ordering::Relaxed);
     }
@@ -137,21 +137,21 @@ impl CommSlot {
 
 /// Every communicator handle seen, for the whole run (a handle's slot is reset, not removed,
 /// when the communicator is freed): no limit that could make one rank behave differently.
-static COMMS: LazyLock<DashMap<usize, &'static CommSlot, FxBuildHasher>> =
+static COMMS: LazyLock<DashMap<usize, &'static CommTuner, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 /// The slot of `comm`.
-pub fn comm_slot(comm: MPI_Comm) -> &'static CommSlot {
+pub fn comm_tuner(comm: MPI_Comm) -> &'static CommTuner {
     *COMMS
         .entry(comm.bits())
-        .or_insert_with(|| Box::leak(Box::new(CommSlot::new())))
+        .or_insert_with(|| Box::leak(Box::new(CommTuner::new())))
 }
 
 /// The application freed a communicator: its handle may come back for another one.
 pub fn forget(bits: usize) {
     if let Some(slot) = COMMS.get(&bits).map(|s| *s) {
         let mut comm = lock(&slot.state);
-        *comm = CommTuning::new();
+        *comm = CommTunerState::new();
         slot.instance.store(0, Ordering::Relaxed);
         slot.next_check.store(MIN_INTERVAL, Ordering::Relaxed);
         slot.searching.store(false, Ordering::Relaxed);
@@ -164,18 +164,18 @@ pub fn forget(bits: usize) {
 /// while the key keeps the agreed identity and the slot the epoch it had then).
 #[derive(Default)]
 pub struct TunerLink {
-    pub comm: OnceLock<&'static CommSlot>,
+    pub comm: OnceLock<&'static CommTuner>,
     pub current: LeakedCell<Linked>,
 }
 
 /// The tuner a key was linked to, with the key's agreed identity then.
 pub struct Linked {
     pub agree_hash: u64,
-    pub tuner: &'static KeyTuner,
+    pub tuner: &'static Tuner,
 }
 
 /// A key's tuner: what the settled path reads without a lock, and the rest under one.
-pub struct KeyTuner {
+pub struct Tuner {
     /// The communicator epoch this state belongs to.
     pub epoch: u64,
     /// Calls of the key in this epoch.
@@ -184,22 +184,22 @@ pub struct KeyTuner {
     pub settled: AtomicU64,
     /// The call number of the next drift check (u64::MAX: none).
     pub drift_at: AtomicU64,
-    pub state: Mutex<KeyTuning>,
+    pub state: Mutex<TunerState>,
 }
 
-impl KeyTuner {
-    fn new(epoch: u64) -> KeyTuner {
-        KeyTuner {
+impl Tuner {
+    fn new(epoch: u64) -> Tuner {
+        Tuner {
             epoch,
             instances: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             drift_at: AtomicU64::new(u64::MAX),
-            state: Mutex::new(KeyTuning::default()),
+            state: Mutex::new(TunerState::default()),
         }
     }
 
     /// From now on every call runs `codelet`, with a drift check at call `drift_at`.
-    pub fn settle(&self, key: &mut KeyTuning, codelet: usize, phase: Phase, drift_at: u64) {
+    pub fn settle(&self, key: &mut TunerState, codelet: usize, phase: Phase, drift_at: u64) {
         key.phase = phase;
         self.settled.store(codelet as u64 + 1, Ordering::Relaxed);
         self.drift_at.store(drift_at, Ordering::Relaxed);
@@ -244,7 +244,7 @@ impl KeyTuner {
 
 /// One key's tuning state in its communicator's current epoch.
 #[derive(Default)]
-pub struct KeyTuning {
+pub struct TunerState {
     pub phase: Phase,
     pub disagreements: u32,
     pub reopened: u32,
@@ -263,7 +263,7 @@ pub struct KeyTuning {
 }
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
-fn no_checkpoint(key: &KeyTuning, calls: u64, warmup: u64) -> String {
+fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
     let detail = if key.waited > 0 {
         format!(
             "another call of this communicator was being searched during {} of its {calls} \

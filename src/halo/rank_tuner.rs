@@ -1,5 +1,5 @@
-//! Tuning of halo episodes (COMMTUNE_MODE=tune): a repeating episode key searches the halo
-//! codelets and keeps the fastest.
+//! The halo tuner (COMMTUNE_MODE=tune): each rank tunes its own episodes. A repeating episode key
+//! searches the halo codelets and keeps the fastest.
 //!
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
@@ -9,7 +9,7 @@
 //! A codelet that posted some of an episode's messages natively (its requirements, see
 //! `CODELETS`) gives no sample; one that never manages to is dropped from the search, with a
 //! note in the report. `neighbor` is not searched here: ranks try it together once each has
-//! decided (`neighbor`'s agreement), and the samples of its instances go there.
+//! decided (`agreement`), and the samples of its instances go there.
 
 use std::sync::LazyLock;
 
@@ -31,7 +31,7 @@ use crate::runtime;
 const MAX_MISSES: u32 = 4;
 
 #[derive(Default)]
-struct EpisodeTuning {
+struct EpisodeTuner {
     instances: u64,
     search: Option<Search>,
     /// The winner, once decided.
@@ -52,7 +52,7 @@ struct Search {
 }
 
 /// Keyed by the entry's address: entries live for the whole process.
-static TUNING: LazyLock<DashMap<usize, EpisodeTuning, FxBuildHasher>> =
+static TUNING: LazyLock<DashMap<usize, EpisodeTuner, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 /// Runs of each codelet in a row per round.

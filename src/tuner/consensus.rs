@@ -25,13 +25,11 @@ pub fn checkpoint(comm: &Comm, proposal: Option<u64>) -> MpiResult<Checkpoint> {
     // overflow; 0 is "no proposal".
     let hash = proposal.map_or(0, |h| (h >> 2).max(1) as i64);
     let ready = i64::from(proposal.is_some());
-    let mut values = [hash, -hash, ready, -ready];
-    comm.allreduce_max_i64(&mut values)?;
-    let (max_hash, min_hash, any_ready, all_ready) = (values[0], -values[1], values[2], -values[3]);
-    Ok(match (any_ready, all_ready) {
+    let [hash, ready] = comm.min_max_i64([hash, ready])?;
+    Ok(match (ready.max, ready.min) {
         (0, _) => Checkpoint::Nothing,
         (_, 0) => Checkpoint::Partial,
-        _ if max_hash == min_hash => Checkpoint::Agreed,
+        _ if hash.same_everywhere() => Checkpoint::Agreed,
         _ => Checkpoint::Disagreed,
     })
 }
