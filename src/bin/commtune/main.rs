@@ -63,7 +63,8 @@ Library: $COMMTUNE_LIB_OPENMPI / $COMMTUNE_LIB_MPICH, else the build next to thi
 
 Injection: LD_PRELOAD and every COMMTUNE_* variable (except the CLI's own COMMTUNE_LIB_*) are \
 passed to the ranks: `-x NAME=VALUE` for Open MPI, `-genv NAME VALUE` for MPICH's mpiexec, \
-`--export=ALL,NAME=VALUE,...` for srun, the environment for a program run directly. Then the \
+`--export=ALL,NAME=VALUE,...` for srun (with `--mpi=pmix` for Open MPI or `--mpi=pmi2` for \
+MPICH, unless the command has an --mpi option or SLURM_MPI_TYPE is set), the environment for a program run directly. Then the \
 command runs in place of commtune; its exit status is the job's.";
 
 const RUN_EXAMPLES: &str = "Examples:
@@ -161,7 +162,12 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
         environment,
         &overrides,
     );
-    let plan = inject::plan(detection.launcher, &args.command, &vars);
+    let srun_mpi = inject::srun_mpi(
+        detection.flavour,
+        &args.command,
+        std::env::var("SLURM_MPI_TYPE").ok().as_deref(),
+    );
+    let plan = inject::plan(detection.launcher, &args.command, &vars, srun_mpi);
 
     if args.dry_run {
         print!("{}", describe(&detection, &library, &plan));
