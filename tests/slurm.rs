@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{Flavour, Mpich, OpenMpi, alone, root, run_with_timeout, scratch};
+use common::{Flavour, Mpich, OpenMpi, alone, compile_example, root, run_with_timeout, scratch};
 use serde_json::Value;
 
 /// The cluster while any test holds one: the first made starts it, the last dropped stops it.
@@ -71,25 +71,6 @@ impl Drop for Slurm {
             slurm_script(&["down"]);
         }
     }
-}
-
-/// The bundled example, small and short.
-fn example(flavour: Flavour, dir: &Path) -> PathBuf {
-    let exe = dir.join(format!("stencil-{}", flavour.name()));
-    let out = Command::new(flavour.cc())
-        .args(["-g", "-O1"])
-        .arg(root().join("example/stencil.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-lm")
-        .output()
-        .expect("run the compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 /// Small grids, and enough iterations for the alltoall and allgatherv (every 50th).
@@ -181,7 +162,7 @@ fn srun(slurm: &Slurm, flavour: Flavour, dir: &Path, exe: &Path) {
 
 fn batch_path(flavour: Flavour) {
     let dir = scratch(&format!("slurm-{}", flavour.name()));
-    let exe = example(flavour, &dir);
+    let exe = compile_example(flavour, &dir);
     let slurm = Slurm::up();
     sbatch(&slurm, flavour, &dir, &exe);
     srun(&slurm, flavour, &dir, &exe);

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use compare::{Comparison, compare};
+pub use html::html;
 pub use merge::merge;
 pub use text::summary;
 
@@ -44,6 +46,24 @@ pub fn check_version(version: u32) -> Result<(), String> {
              use the commtune that wrote it"
         ))
     }
+}
+
+/// Reads a report file of any version this build reads (see `VERSION`), with messages naming
+/// the file.
+pub fn read(path: &std::path::Path) -> Result<Report, String> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    // The version first: a later format may not parse as this one.
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
+    let versioned: Versioned =
+        serde_json::from_str(&text).map_err(|e| format!("{name} is not a commtune report: {e}"))?;
+    check_version(versioned.version).map_err(|e| format!("{name}: {e}"))?;
+    let report: Report =
+        serde_json::from_str(&text).map_err(|e| format!("{name} is not a commtune report: {e}"))?;
+    Ok(report)
 }
 
 /// The operation a key belongs to.

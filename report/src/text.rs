@@ -124,7 +124,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
 }
 
 /// A site's share of the run; `~` and the interval when part of it is estimated.
-fn share(site: &SiteReport) -> String {
+pub(crate) fn share(site: &SiteReport) -> String {
     if site.time.estimated_s > 0.0 {
         format!(
             "~{}\u{b1}{:.1}",
@@ -137,7 +137,7 @@ fn share(site: &SiteReport) -> String {
 }
 
 /// `12.3%`; never `-0.0%`.
-fn percent(fraction: f64) -> String {
+pub(crate) fn percent(fraction: f64) -> String {
     format!(
         "{:.1}%",
         if fraction > 0.0 {
@@ -149,7 +149,7 @@ fn percent(fraction: f64) -> String {
 }
 
 /// What the winner saved, as measured, with its 95 % interval.
-fn saved(t: &TuningData) -> String {
+pub(crate) fn saved(t: &TuningData) -> String {
     match (&t.saving, t.saved_s) {
         (Some(s), _) if !s.measurable() => "no measurable saving".to_string(),
         (Some(s), _) => {
@@ -166,7 +166,7 @@ fn error(s: &Saving) -> String {
     micros((s.high_s - s.low_s) * 0.5e6)
 }
 
-fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = b as f64;
     let mut unit = 0;
@@ -181,7 +181,7 @@ fn bytes(b: u64) -> String {
     }
 }
 
-fn micros(us: f64) -> String {
+pub(crate) fn micros(us: f64) -> String {
     if us >= 1e6 {
         format!("{:.2} s", us * 1e-6)
     } else if us >= 1e3 {

@@ -144,6 +144,31 @@ pub fn compile_with(
     exe
 }
 
+/// Compiles the bundled example (example/stencil.c) for `flavour` into `dir`.
+pub fn compile_example(flavour: Flavour, dir: &Path) -> PathBuf {
+    let exe = dir.join(format!("stencil-example-{}", flavour.name()));
+    compile_c(flavour, &root().join("example/stencil.c"), &exe);
+    exe
+}
+
+/// Compiles one C file (with debug information, so that sites have lines) into `exe`.
+pub fn compile_c(flavour: Flavour, source: &Path, exe: &Path) {
+    let out = Command::new(flavour.cc())
+        .args(["-g", "-O1"])
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .arg("-lm")
+        .output()
+        .expect("run the compiler");
+    assert!(
+        out.status.success(),
+        "compiling {} for {flavour:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One finished job.
 pub struct Job {
     pub output: Output,
