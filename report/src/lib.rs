@@ -6,7 +6,6 @@
 mod compare;
 mod html;
 mod merge;
-mod schema;
 mod text;
 
 use std::collections::BTreeMap;
@@ -32,9 +31,13 @@ pub use text::summary;
 ///   (`ranks.time_by_rank_s`), halo episodes' messages per rank (`rank_signatures`), the
 ///   tuner's timeline of a key (`tuning.timeline`).
 ///
-/// The JSON Schema `report/report.schema.json` describes every version: it is tested against
-/// reports of each (`tests/schema.rs`), and a field added here without it fails those tests.
+/// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
+/// against reports of each (report/tests/schema.rs), where a report with every field present
+/// fails when a field is added here and not there.
 pub const VERSION: u32 = 3;
+
+/// The JSON Schema of the report, every version (report/report.schema.json).
+pub const SCHEMA: &str = include_str!("../report.schema.json");
 
 /// Whether a report of format `version` can be read by this build (see `VERSION`).
 pub fn check_version(version: u32) -> Result<(), String> {

@@ -197,15 +197,7 @@ mod tests {
     use crate::{Aborted, check_version};
 
     /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
-    const VERSION_1: &str = r#"{"version":1,"mpi":"Test MPI","nprocs":2,"ranks_reporting":2,
-        "run_time_s":1.0,"sites":[{"op":"allreduce","location":"a.c:3 (main)","file":"a.c",
-        "line":3,"function":"main","object":"/bin/a","address":"0x10","signature":"count=1",
-        "calls":100,"bytes":800,"time":{"total_s":0.5,"min_us":1.0,"p50_us":2.0,"p90_us":3.0,
-        "p99_us":4.0,"max_us":5.0,"share":0.6},"codelet":"ring","codelets":{"ring":100},
-        "tuning":{"phase":"production","reason":null,"winner":"ring","search_instances":20,
-        "searches":1,"rounds":3,"codelets":[],"saved_s":0.25},
-        "ranks":{"count":2,"calls":{"min":100,"max":100},"bytes":{"min":800,"max":800},
-        "time_s":{"min":0.4,"max":0.5}}}]}"#;
+    const VERSION_1: &str = include_str!("../tests/data/version-1.json");
 
     fn version_1() -> Report {
         serde_json::from_str(VERSION_1).expect("version 1 reports stay readable")
