@@ -559,10 +559,15 @@ fn search_detail(out: &mut String, s: &SiteReport, t: &TuningData) {
                 marked: t.winner.as_deref() == Some(c.name.as_str()),
             })
             .collect();
+        let whose = if s.op == Op::Halo {
+            "the first rank reporting: halo episodes are tuned per rank"
+        } else {
+            "the slowest rank's"
+        };
         let _ = write!(
             out,
-            "<h4>Estimates of the last search (the slowest rank's, \u{b1} standard error; the \
-             winner outlined)</h4>{}",
+            "<h4>Estimates of the last search ({whose}, \u{b1} standard error; the winner \
+             outlined)</h4>{}",
             bars("estimates", &estimates, micros)
         );
     }

@@ -1,7 +1,8 @@
 // Sorting and filtering of the site table, and the site details the address names
 // (#site-3 opens the third site's). The address may also carry a sort and a filter
 // (#sort=calls&order=desc&q=halo) so that a link, or a test, shows a given view;
-// #only=site-3 shows that site's details alone (a link to one site, or its screenshot).
+// #only=site-3 shows that site's details alone, #only=imbalance,sites those sections (a link
+// to one part of the page, or its screenshot).
 (function () {
   "use strict";
   const table = document.getElementById("site-table");
@@ -53,16 +54,20 @@
       filter.value = params.get("q");
       apply(filter.value);
     }
-    const only = params.get("only");
-    const target = document.getElementById(only || hash.slice(1));
+    const only = (params.get("only") || "").split(",").map(function (id) {
+      return document.getElementById(id);
+    }).filter(Boolean);
+    only.forEach(function (e) { if (e.tagName === "DETAILS") e.open = true; });
+    if (only.length) {
+      document.querySelectorAll("body > header, body > section, details.site").forEach(
+        function (e) {
+          e.hidden = !only.some(function (t) { return e.contains(t) || t.contains(e); });
+        });
+    }
+    const target = !only.length && hash.startsWith("#site-") && document.getElementById(hash.slice(1));
     if (target && target.tagName === "DETAILS") {
       target.open = true;
-      if (only) {
-        document.querySelectorAll("body > header, body > section, details.site").forEach(
-          function (e) { e.hidden = !e.contains(target) && e !== target; });
-      } else {
-        target.scrollIntoView();
-      }
+      target.scrollIntoView();
     }
   }
 

@@ -120,11 +120,20 @@ impl LogAxis {
         self.x0 + (v / self.lo).ln() / (self.hi / self.lo).ln() * self.width
     }
 
-    /// Powers of ten within the axis, for ticks.
-    pub fn decades(&self) -> impl Iterator<Item = f64> + '_ {
-        let first = self.lo.log10().ceil() as i32;
-        let last = self.hi.log10().floor() as i32;
-        (first..=last).map(|e| 10f64.powi(e))
+    /// Values for ticks within the axis: powers of ten, and 2 and 5 times them when the axis
+    /// spans fewer than three of those.
+    pub fn ticks(&self) -> Vec<f64> {
+        let first = self.lo.log10().floor() as i32;
+        let last = self.hi.log10().ceil() as i32;
+        let steps: &[f64] = if last - first < 3 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0]
+        };
+        (first..=last)
+            .flat_map(|e| steps.iter().map(move |m| m * 10f64.powi(e)))
+            .filter(|v| (self.lo..=self.hi).contains(v))
+            .collect()
     }
 }
 
@@ -268,10 +277,9 @@ mod tests {
         let axis = LogAxis::new(1.0, 1000.0, 0.0, 300.0);
         assert!((axis.at(10.0) - 100.0).abs() < 1e-9);
         assert_eq!(axis.at(1e9), 300.0, "clamped");
-        assert_eq!(
-            axis.decades().collect::<Vec<_>>(),
-            [1.0, 10.0, 100.0, 1000.0]
-        );
+        assert_eq!(axis.ticks(), [1.0, 10.0, 100.0, 1000.0]);
+        let narrow = LogAxis::new(3.0, 30.0, 0.0, 300.0);
+        assert_eq!(narrow.ticks(), [5.0, 10.0, 20.0]);
         assert_eq!(shade(0.0), "#f7fbff");
         assert_eq!(shade(1.0), "#08306b");
     }

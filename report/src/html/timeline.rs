@@ -123,7 +123,7 @@ fn panel(events: &[Event], phases: &[Phase], from: u64, to: u64, what: &str) -> 
             p.last
         );
     }
-    for d in axis.decades() {
+    for d in axis.ticks() {
         let _ = write!(
             s,
             r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ccc"/><text class="small" x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
