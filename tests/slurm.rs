@@ -12,11 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{Flavour, Mpich, OpenMpi, alone, compile_example, root, run_with_timeout, scratch};
+use common::{
+    Flavour, Held, Mpich, OpenMpi, alone, compile_example, root, run_with_timeout, scratch,
+};
 use serde_json::Value;
 
-/// The cluster while any test holds one: the first made starts it, the last dropped stops it.
-struct Slurm;
+/// The cluster while any test holds one.
+struct Slurm {
+    /// Stops the cluster when the last holder drops.
+    _held: Held,
+}
 
 static USERS: Mutex<usize> = Mutex::new(0);
 
@@ -39,12 +44,9 @@ fn slurm_script(args: &[&str]) {
 
 impl Slurm {
     fn up() -> Slurm {
-        let mut users = USERS.lock().unwrap_or_else(|p| p.into_inner());
-        if *users == 0 {
-            slurm_script(&["up"]);
+        Slurm {
+            _held: Held::new(&USERS, || slurm_script(&["up"]), || slurm_script(&["down"])),
         }
-        *users += 1;
-        Slurm
     }
 
     /// A Slurm command of this cluster, with what every job here needs in its environment.
@@ -60,16 +62,6 @@ impl Slurm {
             // busy-poll (mpirun --oversubscribe makes it yield).
             .env("OMPI_MCA_mpi_yield_when_idle", "1");
         cmd
-    }
-}
-
-impl Drop for Slurm {
-    fn drop(&mut self) {
-        let mut users = USERS.lock().unwrap_or_else(|p| p.into_inner());
-        *users -= 1;
-        if *users == 0 {
-            slurm_script(&["down"]);
-        }
     }
 }
 

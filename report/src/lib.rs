@@ -218,8 +218,9 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// One step of a tuned key's life. `call` is the key's call number (1: its first call); calls
-/// before the first search are warm-up, calls after a decision production.
+/// One step of a tuned key's life. `call` is the key's call number (1: its first call), counted
+/// over every site tuned with it (collectives from several lines with one operation and size);
+/// calls before the first search are warm-up, calls after a decision production.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {

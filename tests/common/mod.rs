@@ -292,30 +292,56 @@ impl Run<'_> {
     }
 }
 
+/// A service tests share (a cluster), held while any test holds it: the first to hold it starts
+/// it, the last to drop its hold stops it.
+pub struct Held {
+    users: &'static Mutex<usize>,
+    stop: fn(),
+}
+
+impl Held {
+    pub fn new(users: &'static Mutex<usize>, start: impl FnOnce(), stop: fn()) -> Held {
+        let mut n = users.lock().unwrap_or_else(|p| p.into_inner());
+        if *n == 0 {
+            start();
+        }
+        *n += 1;
+        Held { users, stop }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut n = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            (self.stop)();
+        }
+    }
+}
+
 /// The cluster in a box (scripts/cluster: network namespaces on a bridge, shaped NICs) while any
-/// test holds one: the first made sets it up, the last dropped takes it down.
-pub struct Cluster;
+/// test holds one.
+pub struct Cluster {
+    /// Stops the cluster when the last holder drops.
+    _held: Held,
+}
 
 static CLUSTER_USERS: Mutex<usize> = Mutex::new(0);
 
 impl Cluster {
     /// `hosts` hosts with NICs at `rate` (as tc takes it). Needs root, as CI has.
     pub fn up(hosts: usize, rate: &str) -> Cluster {
-        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
-        if *users == 0 {
-            cluster(&["up", "--hosts", &hosts.to_string(), "--rate", rate]);
-        }
-        *users += 1;
-        Cluster
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
-        *users -= 1;
-        if *users == 0 {
-            cluster(&["down"]);
+        Cluster {
+            _held: Held::new(
+                &CLUSTER_USERS,
+                || {
+                    cluster(&["up", "--hosts", &hosts.to_string(), "--rate", rate]);
+                },
+                || {
+                    cluster(&["down"]);
+                },
+            ),
         }
     }
 }

@@ -594,7 +594,10 @@ fn search_detail(out: &mut String, s: &SiteReport, t: &TuningData) {
             .collect();
         let _ = write!(
             out,
-            "<h4>Timeline (samples as timed on the first rank reporting)</h4>\
+            "<h4>Timeline (samples as timed on the first rank reporting)</h4><p class=\"note\">\
+             Calls are counted per search: calls of one operation and size from several lines \
+             are tuned together and counted together, so the numbers can exceed this site's \
+             calls.</p>\
              <p class=\"legend\"><span class=\"key warmup\"></span>warm-up \
              <span class=\"key search\"></span>search <span class=\"key production\"></span>\
              production \u{25bc} drift check (red: search reopened) | {}</p>{}",
