@@ -21,7 +21,9 @@ use super::{CODELETS, NEIGHBOR, neighbor};
 use crate::codelets::{self, Partners};
 use crate::keys::{Entry, Measured};
 use crate::runtime;
-use crate::tuner::{Agreed, Candidate, Next, Plan, Timing, local_estimate, samples_of};
+use crate::tuner::{
+    Agreed, Candidate, Mark, Next, Plan, Timeline, Timing, local_estimate, samples_of,
+};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -37,6 +39,7 @@ struct EpisodeTuning {
     search_instances: u64,
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
+    timeline: Timeline,
 }
 
 struct Search {
@@ -109,6 +112,10 @@ pub fn completed(
     let Some(search) = &mut t.search else {
         if t.instances >= runtime::config().tuning.warmup {
             t.search = Some(Search::new());
+            t.timeline.push(Mark::Search {
+                call: t.instances + 1,
+                search: 1,
+            });
         }
         return Measured::Other;
     };
@@ -137,6 +144,11 @@ pub fn completed(
             search.misses = 0;
             samples_of(&mut search.samples, chosen).push(ticks as f64);
             search.step += 1;
+            t.timeline.push(Mark::Sample {
+                call: t.instances,
+                codelet: chosen,
+                ticks: ticks as f64,
+            });
         }
         // The first run of a pair (period timing); the second then measures a whole period.
         _ if ran == chosen && !last_of_codelet => search.step += 1,
@@ -159,6 +171,10 @@ pub fn completed(
     {
         t.production = Some(winner);
         t.decided = t.search.take().map(|s| s.plan);
+        t.timeline.push(Mark::Decision {
+            call: t.instances,
+            winner,
+        });
     }
     Measured::Search
 }
@@ -241,6 +257,8 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
             searches: 0,
             rounds: 0,
             codelets: Vec::new(),
+            timeline: Vec::new(),
+            timeline_dropped: 0,
             saved_s: None,
             saving: None,
         };
@@ -271,6 +289,8 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
         rounds: plan.map_or(0, |p| p.rounds),
         codelets,
+        timeline: t.timeline.events(&names, ns_per_tick),
+        timeline_dropped: t.timeline.dropped,
         saved_s: None,
         // Measured per site: `keys::Entry::data`.
         saving: None,

@@ -31,7 +31,7 @@ use self::state::{
     CommSlot, CommTuning, KeyTuning, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
     comm_slot, forget,
 };
-pub use self::state::{KeyTuner, LeakedCell, TunerLink, lock, samples_of};
+pub use self::state::{KeyTuner, LeakedCell, Mark, Timeline, TunerLink, lock, samples_of};
 pub use self::stats::Filter;
 use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Key, Measured};
@@ -235,7 +235,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             step.codelet,
             step.measure.kind(),
         );
-        measured(tuner, &step, start, end.saturating_sub(start));
+        measured(tuner, &step, k, start, end.saturating_sub(start));
     } else {
         entry.count(step.codelet);
     }
@@ -252,17 +252,22 @@ fn linked(key: &Key, entry: &'static Entry, slot: &CommSlot, epoch: u64) -> &'st
     t
 }
 
-/// Books a measured call into the key's search or drift window.
-fn measured(tuner: &KeyTuner, step: &Step, start: u64, ticks: u64) {
-    let mut key = lock(&tuner.state);
+/// Books measured call `k` into the key's search or drift window.
+fn measured(tuner: &KeyTuner, step: &Step, k: u64, start: u64, ticks: u64) {
+    let key = &mut *lock(&tuner.state);
     key.ticks += ticks;
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search { sample }) => {
             s.add_spent(step.codelet, ticks);
             if runtime::config().tuning.timing == Timing::Period {
-                s.pending = Some((start, step.codelet, sample));
+                s.pending = Some((start, step.codelet, sample, k));
             } else if sample {
                 s.samples_of(step.codelet).push(ticks as f64);
+                key.timeline.push(Mark::Sample {
+                    call: k,
+                    codelet: step.codelet,
+                    ticks: ticks as f64,
+                });
             }
         }
         (Phase::Production(p), Measure::Window) => p.window.push(ticks),
@@ -348,7 +353,13 @@ fn drift_check<C: Operation>(
     trace(at.entry, || {
         format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
     });
-    if p.strikes < DRIFT_STRIKES || key.reopened >= MAX_REOPEN {
+    let reopen = p.strikes >= DRIFT_STRIKES && key.reopened < MAX_REOPEN;
+    key.timeline.push(Mark::Drift {
+        call: at.k,
+        ratio: mean,
+        reopened: reopen,
+    });
+    if !reopen {
         return None;
     }
     key.reopened += 1;
@@ -441,6 +452,10 @@ fn start_search<C: Operation>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTu
     }));
     key.reason = None;
     key.searches += 1;
+    key.timeline.push(Mark::Search {
+        call: at.k,
+        search: key.searches,
+    });
     at.tuner.unsettle();
     at.slot.set_active(comm, Some((at.tuner, at.n)));
     true
@@ -467,8 +482,14 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
     let Phase::Searching(s) = &mut key.phase else {
         return Step::native(Measure::Timed);
     };
-    if let Some((start, codelet, true)) = s.pending.take() {
-        s.samples_of(codelet).push(now.saturating_sub(start) as f64);
+    if let Some((start, codelet, true, call)) = s.pending.take() {
+        let ticks = now.saturating_sub(start) as f64;
+        s.samples_of(codelet).push(ticks);
+        key.timeline.push(Mark::Sample {
+            call,
+            codelet,
+            ticks,
+        });
     }
     if s.position == s.schedule.len() {
         let local: Vec<Agreed> = s
@@ -506,6 +527,7 @@ fn search_step<C>(at: &At<C>, comm: &mut CommTuning, key: &mut KeyTuning) -> Ste
                 if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                     key.decided = Some(done.plan);
                 }
+                key.timeline.push(Mark::Decision { call: k, winner });
                 tuner.settle(key, winner, phase, k + settings.drift_interval);
                 slot.set_active(comm, None);
                 slot.next_check.store(n + 1, Ordering::Relaxed);
@@ -621,6 +643,7 @@ fn end_stalled_search(slot: &CommSlot, comm: &mut CommTuning, tuner: &KeyTuner, 
     if let Phase::Searching(s) = std::mem::replace(&mut other.phase, Phase::Untuned) {
         other.decided = Some(s.plan);
     }
+    other.timeline.push(Mark::Decision { call: k, winner });
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
     let production = Phase::Production(Production::new(winner));

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
-use commtune_report::TuningData;
+use commtune_report::{Event, TIMELINE_EVENTS, TuningData};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -268,6 +268,8 @@ impl KeyTuner {
             searches: key.searches,
             rounds: plan.map_or(0, |p| p.rounds),
             codelets,
+            timeline: key.timeline.events(names, ns_per_tick),
+            timeline_dropped: key.timeline.dropped,
             saved_s: None,
             // Measured per site: `keys::Entry::data`.
             saving: None,
@@ -293,6 +295,81 @@ pub struct KeyTuning {
     /// checkpoints at this key where not every rank was ready at it.
     pub waited: u64,
     pub partial: u32,
+    pub timeline: Timeline,
+}
+
+/// What a key ran when, for the report's `tuning.timeline`: codelets as registry indices and
+/// durations in clock ticks until the report names and converts them.
+#[derive(Default)]
+pub struct Timeline {
+    marks: Vec<Mark>,
+    /// Marks past `TIMELINE_EVENTS`, left out.
+    pub dropped: u64,
+}
+
+/// One event of a `Timeline` (see `commtune_report::Event`).
+pub enum Mark {
+    Search {
+        call: u64,
+        search: u32,
+    },
+    Sample {
+        call: u64,
+        codelet: usize,
+        ticks: f64,
+    },
+    Decision {
+        call: u64,
+        winner: usize,
+    },
+    Drift {
+        call: u64,
+        ratio: f64,
+        reopened: bool,
+    },
+}
+
+impl Timeline {
+    /// Records `mark` (slow path only: searches, decisions, drift checks), up to the limit.
+    pub fn push(&mut self, mark: Mark) {
+        if self.marks.len() < TIMELINE_EVENTS {
+            self.marks.push(mark);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    pub fn events(&self, names: &[&str], ns_per_tick: f64) -> Vec<Event> {
+        let name = |i: usize| names.get(i).copied().unwrap_or("?").to_string();
+        self.marks
+            .iter()
+            .map(|m| match *m {
+                Mark::Search { call, search } => Event::Search { call, search },
+                Mark::Sample {
+                    call,
+                    codelet,
+                    ticks,
+                } => Event::Sample {
+                    call,
+                    codelet: name(codelet),
+                    us: ticks * ns_per_tick * 1e-3,
+                },
+                Mark::Decision { call, winner } => Event::Decision {
+                    call,
+                    winner: name(winner),
+                },
+                Mark::Drift {
+                    call,
+                    ratio,
+                    reopened,
+                } => Event::Drift {
+                    call,
+                    ratio,
+                    reopened,
+                },
+            })
+            .collect()
+    }
 }
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
@@ -361,8 +438,9 @@ pub struct SearchState {
     pub samples: Vec<(usize, Vec<f64>)>,
     /// Ticks spent per registry index (for the budget).
     pub spent: Vec<(usize, u64)>,
-    /// Period timing: the instance waiting for the next entry to end its sample.
-    pub pending: Option<(u64, usize, bool)>,
+    /// Period timing: the instance waiting for the next entry to end its sample: its start,
+    /// codelet, whether it is a sample, and its call number.
+    pub pending: Option<(u64, usize, bool, u64)>,
 }
 
 /// The samples of `codelet` in a search's per-codelet samples, added if it has none yet.
