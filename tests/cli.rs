@@ -38,6 +38,7 @@ fn commtune(args: &[&str]) -> Command {
         }
     }
     cmd.env_remove("LD_PRELOAD")
+        .env_remove("SLURM_MPI_TYPE")
         .env("COMMTUNE_LIB_OPENMPI", library("openmpi"))
         .env("COMMTUNE_LIB_MPICH", library("mpich"))
         .args(args);
@@ -120,10 +121,17 @@ fn srun_gets_export() {
     assert_eq!(
         line,
         format!(
-            "srun --export=ALL,LD_PRELOAD={},COMMTUNE_MODE=off -n 4 ./prog",
+            "srun --export=ALL,LD_PRELOAD={},COMMTUNE_MODE=off --mpi=pmix -n 4 ./prog",
             lib.display()
         )
     );
+    // srun's MPI plugin chosen by the user (here through the environment) is kept.
+    let (_, line, _) = dry_run(
+        commtune(&["run", "--dry-run", "--mpi", "openmpi", "--"])
+            .args(["srun", "-n", "4", "./prog"])
+            .env("SLURM_MPI_TYPE", "pmix_v4"),
+    );
+    assert!(!line.contains("--mpi"), "{line}");
     // A value with a comma cannot go into --export: it goes into srun's environment.
     let (comments, line, _) = dry_run(
         commtune(&[
@@ -142,7 +150,10 @@ fn srun_gets_export() {
         "{comments}"
     );
     assert!(line.starts_with("srun --export=ALL,LD_PRELOAD="), "{line}");
-    assert!(line.ends_with(",COMMTUNE_REPORT ./prog"), "{line}");
+    assert!(
+        line.ends_with(",COMMTUNE_REPORT --mpi=pmix ./prog"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -162,7 +173,7 @@ fn srun_detects_the_program() {
     assert!(comments.contains("links libmpich.so.12"), "{comments}");
     assert_eq!(
         line,
-        format!("srun --export=ALL,LD_PRELOAD={program} -n 2 {program}")
+        format!("srun --export=ALL,LD_PRELOAD={program} --mpi=pmi2 -n 2 {program}")
     );
 }
 

@@ -33,9 +33,17 @@ const KNOWN_CALLS_FORTRAN: &[Expected] = &[
 ];
 
 fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {
-    assert_eq!(report["version"], 2);
+    assert_eq!(report["version"], 3);
     assert_eq!(report["nprocs"], np);
     assert_eq!(report["ranks_reporting"], np);
+    let ranks = report["ranks"].as_array().expect("ranks");
+    let host = hostname();
+    for (i, rank) in ranks.iter().enumerate() {
+        assert_eq!(rank["rank"], i as u64);
+        assert_eq!(rank["host"], host.as_str());
+        assert!(rank["run_s"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(ranks.len() as u64, np);
     assert_eq!(
         sites(report).len(),
         expected.len(),
@@ -67,7 +75,28 @@ fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {
         assert!(time["p99_us"].as_f64() <= time["max_us"].as_f64());
         let share = time["share"].as_f64().unwrap();
         assert!(share > 0.0 && share < 1.0, "{marker}: share {share}");
+        // Every rank made every call: a time for each, within the spread.
+        let by_rank = site["ranks"]["time_by_rank_s"].as_array().expect("by rank");
+        assert_eq!(by_rank.len() as u64, np, "{marker}");
+        let (min, max) = (
+            site["ranks"]["time_s"]["min"].as_f64().unwrap(),
+            site["ranks"]["time_s"]["max"].as_f64().unwrap(),
+        );
+        for t in by_rank {
+            let t = t.as_f64().expect("a time");
+            assert!(t >= min && t <= max, "{marker}: {t} outside {min}..{max}");
+        }
+        if op == "halo" {
+            assert_eq!(site["rank_signatures"].as_array().unwrap().len() as u64, np);
+        }
     }
+}
+
+fn hostname() -> String {
+    let out = std::process::Command::new("hostname")
+        .output()
+        .expect("hostname");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// `flags` may select the MPI-4 large-count entry points (`-DLARGE_COUNT`): the same report.

@@ -128,7 +128,37 @@ fn picks_the_undelayed(
         assert!(t["search_instances"].as_u64().unwrap() > 0);
         let estimates = t["codelets"].as_array().unwrap();
         assert!(estimates.iter().any(|e| e["name"] == winner));
+        check_timeline(t, winner, 5000.0, site["calls"].as_u64().unwrap());
     }
+}
+
+/// The timeline of a key searched once with local timing: the search, one sample per search
+/// call (those of delayed codelets at least `delay_us` long), the decision for `winner`.
+fn check_timeline(t: &Value, winner: &str, delay_us: f64, calls: u64) {
+    let events = t["timeline"].as_array().expect("a timeline");
+    assert_eq!(events[0]["event"], "search", "{t:#}");
+    assert_eq!(events[0]["search"], 1);
+    let samples: Vec<&Value> = events.iter().filter(|e| e["event"] == "sample").collect();
+    assert_eq!(
+        samples.len() as u64,
+        t["search_instances"].as_u64().unwrap()
+    );
+    for s in &samples {
+        if s["codelet"] != winner && s["codelet"] != "native" {
+            assert!(s["us"].as_f64().unwrap() >= delay_us, "delayed: {s}");
+        }
+    }
+    let decision = events
+        .iter()
+        .find(|e| e["event"] == "decision")
+        .expect("decided");
+    assert_eq!(decision["winner"], winner);
+    let calls_in_order: Vec<u64> = events.iter().map(|e| e["call"].as_u64().unwrap()).collect();
+    assert!(
+        calls_in_order.windows(2).all(|w| w[0] <= w[1]),
+        "{calls_in_order:?}"
+    );
+    assert!(*calls_in_order.last().unwrap() <= calls);
 }
 
 #[test]

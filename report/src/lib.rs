@@ -3,6 +3,8 @@
 //!
 //! No MPI here: the preload library fills `RankData`, the CLI only reads `Report`.
 
+mod compare;
+mod html;
 mod merge;
 mod text;
 
@@ -10,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use compare::{Comparison, compare};
+pub use html::html;
 pub use merge::merge;
 pub use text::summary;
 
@@ -23,7 +27,17 @@ pub use text::summary;
 ///   `time.error_s`, `time.timed_calls`, `time.share_error`), shares capped at each rank's run
 ///   time (`share_in_calls`), savings measured in the run (`tuning.saving`, replacing the
 ///   estimate `tuning.saved_s`), `aborted` for a report written at MPI_Abort.
-pub const VERSION: u32 = 2;
+/// - 3: each rank's host and run time (`ranks`), each rank's time per site
+///   (`ranks.time_by_rank_s`), halo episodes' messages per rank (`rank_signatures`), the
+///   tuner's timeline of a key (`tuning.timeline`).
+///
+/// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
+/// against reports of each (report/tests/schema.rs), where a report with every field present
+/// fails when a field is added here and not there.
+pub const VERSION: u32 = 3;
+
+/// The JSON Schema of the report, every version (report/report.schema.json).
+pub const SCHEMA: &str = include_str!("../report.schema.json");
 
 /// Whether a report of format `version` can be read by this build (see `VERSION`).
 pub fn check_version(version: u32) -> Result<(), String> {
@@ -35,6 +49,24 @@ pub fn check_version(version: u32) -> Result<(), String> {
              use the commtune that wrote it"
         ))
     }
+}
+
+/// Reads a report file of any version this build reads (see `VERSION`), with messages naming
+/// the file.
+pub fn read(path: &std::path::Path) -> Result<Report, String> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    // The version first: a later format may not parse as this one.
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
+    let versioned: Versioned =
+        serde_json::from_str(&text).map_err(|e| format!("{name} is not a commtune report: {e}"))?;
+    check_version(versioned.version).map_err(|e| format!("{name}: {e}"))?;
+    let report: Report =
+        serde_json::from_str(&text).map_err(|e| format!("{name} is not a commtune report: {e}"))?;
+    Ok(report)
 }
 
 /// The operation a key belongs to.
@@ -136,6 +168,13 @@ pub struct TuningData {
     pub rounds: u32,
     /// The latest search's agreed estimates per codelet.
     pub codelets: Vec<CodeletEstimate>,
+    /// What the key ran when, on the rank that reported it (version 3): searches, their
+    /// samples, decisions and drift checks, at most `TIMELINE_EVENTS` of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<Event>,
+    /// Events left out of `timeline` past its limit (version 3).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeline_dropped: u64,
     /// Version 1 only: a saving estimated from the search's estimates, (native - winner) x
     /// production calls, which could claim time the run never saved. Superseded by `saving`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,6 +210,46 @@ impl Saving {
     }
 }
 
+/// Events kept per key: a search has at most COMMTUNE_SAMPLES samples of each codelet, and a
+/// long run's drift checks would grow without bound.
+pub const TIMELINE_EVENTS: usize = 1024;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One step of a tuned key's life. `call` is the key's call number (1: its first call), counted
+/// over every site tuned with it (collectives from several lines with one operation and size);
+/// calls before the first search are warm-up, calls after a decision production.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A search starts (`search`: 1 for the first, more after drift reopened it).
+    Search { call: u64, search: u32 },
+    /// A search call timed as a sample of `codelet`, in microseconds on this rank.
+    Sample { call: u64, codelet: String, us: f64 },
+    /// The search ended: production runs `winner` from the next call.
+    Decision { call: u64, winner: String },
+    /// A drift check: the winner's recent median over its first window's (mean over ranks),
+    /// and whether the search reopened.
+    Drift {
+        call: u64,
+        ratio: f64,
+        reopened: bool,
+    },
+}
+
+impl Event {
+    pub fn call(&self) -> u64 {
+        match self {
+            Event::Search { call, .. }
+            | Event::Sample { call, .. }
+            | Event::Decision { call, .. }
+            | Event::Drift { call, .. } => *call,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CodeletEstimate {
     pub name: String,
@@ -182,6 +261,9 @@ pub struct CodeletEstimate {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct RankData {
     pub rank: u32,
+    /// The host the rank ran on.
+    #[serde(default)]
+    pub host: String,
     /// Wall time from MPI_Init to MPI_Finalize on this rank.
     pub run_ns: u64,
     pub keys: Vec<KeyData>,
@@ -194,6 +276,25 @@ pub struct Aborted {
     /// The error code given to MPI_Abort.
     pub code: i32,
 }
+
+/// A rank of the run (version 3).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankInfo {
+    pub rank: u32,
+    pub host: String,
+    /// Wall time from MPI_Init to MPI_Finalize (or the abort, or exit), seconds.
+    pub run_s: f64,
+}
+
+/// One rank's messages of a halo episode.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankSignature {
+    pub rank: u32,
+    pub signature: String,
+}
+
+/// Ranks whose halo messages a site lists at most.
+pub const RANK_SIGNATURES: usize = 64;
 
 /// A source location resolved on rank 0.
 #[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
@@ -223,6 +324,9 @@ pub struct Report {
     /// Set when the job ended through MPI_Abort (version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<Aborted>,
+    /// The ranks reporting, in rank order (version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankInfo>,
     /// Keys, most time first.
     pub sites: Vec<SiteReport>,
 }
@@ -256,6 +360,10 @@ pub struct SiteReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period_us: Option<f64>,
     pub ranks: RankSpread,
+    /// Halo episodes: each rank's messages (they differ in peers), for the first
+    /// `RANK_SIGNATURES` ranks (version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_signatures: Vec<RankSignature>,
 }
 
 /// The distribution of one call's duration over all calls on all ranks.
@@ -297,4 +405,8 @@ pub struct RankSpread {
     pub calls: Range<u64>,
     pub bytes: Range<u64>,
     pub time_s: Range<f64>,
+    /// Each rank's time in the site, seconds, in the order of the report's `ranks`; null for a
+    /// rank that never made the call (version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub time_by_rank_s: Vec<Option<f64>>,
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    Aborted, KeyData, Location, Op, Range, RankData, RankSpread, Report, Saving, SiteData,
-    SiteReport, TimeStats, TuningData, VERSION,
+    Aborted, KeyData, Location, Op, RANK_SIGNATURES, Range, RankData, RankInfo, RankSignature,
+    RankSpread, Report, Saving, SiteData, SiteReport, TimeStats, TuningData, VERSION,
 };
 
 /// A key and the rank it comes from.
@@ -36,6 +36,15 @@ pub fn merge(
         .into_values()
         .map(|keys| merge_key(&keys, &run_ns, &mut locate))
         .collect();
+    let mut infos: Vec<RankInfo> = ranks
+        .iter()
+        .map(|r| RankInfo {
+            rank: r.rank,
+            host: r.host.clone(),
+            run_s: r.run_ns as f64 * 1e-9,
+        })
+        .collect();
+    infos.sort_by_key(|r| r.rank);
     sites.sort_by(|a, b| {
         b.time
             .total_s
@@ -50,6 +59,7 @@ pub fn merge(
         run_time_s: run_ns.values().max().copied().unwrap_or(0) as f64 * 1e-9,
         share_in_calls: Some(share_in_calls(ranks, total_run_ns)),
         aborted,
+        ranks: infos,
         sites,
     }
 }
@@ -233,6 +243,11 @@ fn merge_key(
         notes,
         tuning: tuning(ranked),
         period_us: keys.iter().filter_map(|k| k.period_ns).max().map(us),
+        rank_signatures: if first.op == Op::Halo {
+            rank_signatures(ranked)
+        } else {
+            Vec::new()
+        },
         ranks: RankSpread {
             count: per_rank.len() as u32,
             calls,
@@ -241,8 +256,32 @@ fn merge_key(
                 min: time_ns.min as f64 * 1e-9,
                 max: time_ns.max as f64 * 1e-9,
             },
+            time_by_rank_s: run_ns
+                .keys()
+                .map(|rank| per_rank.get(rank).map(|r| r.total_ns() as f64 * 1e-9))
+                .collect(),
         },
     }
+}
+
+/// Each rank's messages of a halo episode (a rank with several keys in the group: theirs
+/// joined), for the first `RANK_SIGNATURES` ranks.
+fn rank_signatures(ranked: &[RankKey]) -> Vec<RankSignature> {
+    let mut by_rank: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    for (rank, key) in ranked {
+        let list = by_rank.entry(*rank).or_default();
+        if !list.contains(&key.signature.as_str()) {
+            list.push(&key.signature);
+        }
+    }
+    by_rank
+        .into_iter()
+        .take(RANK_SIGNATURES)
+        .map(|(rank, list)| RankSignature {
+            rank,
+            signature: list.join(" | "),
+        })
+        .collect()
 }
 
 /// The first rank's tuning (decisions are agreed, halo ones noted in `halo_winners`), with the
@@ -363,6 +402,7 @@ mod tests {
         let ranks: Vec<RankData> = (0..2)
             .map(|rank| RankData {
                 rank,
+                host: String::new(),
                 run_ns: 1000,
                 keys: vec![
                     key(1, Op::Allreduce, 100, 100, vec![(1, 100)]),
@@ -390,6 +430,8 @@ mod tests {
                 searches: 1,
                 rounds: 4,
                 codelets: Vec::new(),
+                timeline: Vec::new(),
+                timeline_dropped: 0,
                 saved_s: None,
                 saving: None,
             });
@@ -400,6 +442,7 @@ mod tests {
             .enumerate()
             .map(|(rank, winner)| RankData {
                 rank: rank as u32,
+                host: String::new(),
                 run_ns: 1000,
                 keys: vec![tuned(winner)],
             })
@@ -409,9 +452,16 @@ mod tests {
             report.sites[0].notes,
             ["ranks kept different halo codelets: native on 2, persistent on 1"]
         );
+        let ranks: Vec<u32> = report.sites[0]
+            .rank_signatures
+            .iter()
+            .map(|s| s.rank)
+            .collect();
+        assert_eq!(ranks, [0, 1, 2], "every rank's messages of the episode");
         let same: Vec<RankData> = (0..2)
             .map(|rank| RankData {
                 rank,
+                host: String::new(),
                 run_ns: 1000,
                 keys: vec![tuned("native")],
             })
@@ -430,11 +480,13 @@ mod tests {
         let ranks = vec![
             RankData {
                 rank: 0,
+                host: "a".into(),
                 run_ns: 1000,
                 keys: vec![estimated],
             },
             RankData {
                 rank: 1,
+                host: "b".into(),
                 run_ns: 1000,
                 keys: vec![overlapping],
             },
@@ -482,11 +534,14 @@ mod tests {
                     searches: 1,
                     rounds: 4,
                     codelets: Vec::new(),
+                    timeline: Vec::new(),
+                    timeline_dropped: 0,
                     saved_s: None,
                     saving: Some(saving(saved)),
                 });
                 RankData {
                     rank: rank as u32,
+                    host: String::new(),
                     run_ns: 1000,
                     keys: vec![k],
                 }
@@ -511,6 +566,7 @@ mod tests {
         let ranks = vec![
             RankData {
                 rank: 0,
+                host: "a".into(),
                 run_ns: 1000,
                 keys: vec![
                     key(1, Op::Allreduce, 3, 300, vec![(100, 3)]),
@@ -519,6 +575,7 @@ mod tests {
             },
             RankData {
                 rank: 1,
+                host: "b".into(),
                 run_ns: 1000,
                 keys: vec![key(1, Op::Allreduce, 3, 600, vec![(200, 3)])],
             },
@@ -542,5 +599,15 @@ mod tests {
         assert_eq!(a.codelets["native"], 6);
         assert_eq!(report.sites[1].ranks.count, 1);
         assert_eq!(report.ranks_reporting, 2);
+        // Per rank, in the order of the report's ranks; rank 1 never called site 2.
+        let hosts: Vec<&str> = report.ranks.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(hosts, ["a", "b"]);
+        let by_rank = &a.ranks.time_by_rank_s;
+        assert!(close(by_rank[0].unwrap(), 300e-9) && close(by_rank[1].unwrap(), 600e-9));
+        assert_eq!(report.sites[1].ranks.time_by_rank_s[1], None);
+        assert!(
+            a.rank_signatures.is_empty(),
+            "collectives share one signature"
+        );
     }
 }

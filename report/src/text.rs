@@ -124,7 +124,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
 }
 
 /// A site's share of the run; `~` and the interval when part of it is estimated.
-fn share(site: &SiteReport) -> String {
+pub(crate) fn share(site: &SiteReport) -> String {
     if site.time.estimated_s > 0.0 {
         format!(
             "~{}\u{b1}{:.1}",
@@ -137,7 +137,7 @@ fn share(site: &SiteReport) -> String {
 }
 
 /// `12.3%`; never `-0.0%`.
-fn percent(fraction: f64) -> String {
+pub(crate) fn percent(fraction: f64) -> String {
     format!(
         "{:.1}%",
         if fraction > 0.0 {
@@ -149,7 +149,7 @@ fn percent(fraction: f64) -> String {
 }
 
 /// What the winner saved, as measured, with its 95 % interval.
-fn saved(t: &TuningData) -> String {
+pub(crate) fn saved(t: &TuningData) -> String {
     match (&t.saving, t.saved_s) {
         (Some(s), _) if !s.measurable() => "no measurable saving".to_string(),
         (Some(s), _) => {
@@ -166,7 +166,7 @@ fn error(s: &Saving) -> String {
     micros((s.high_s - s.low_s) * 0.5e6)
 }
 
-fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = b as f64;
     let mut unit = 0;
@@ -181,7 +181,7 @@ fn bytes(b: u64) -> String {
     }
 }
 
-fn micros(us: f64) -> String {
+pub(crate) fn micros(us: f64) -> String {
     if us >= 1e6 {
         format!("{:.2} s", us * 1e-6)
     } else if us >= 1e3 {
@@ -197,15 +197,7 @@ mod tests {
     use crate::{Aborted, check_version};
 
     /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
-    const VERSION_1: &str = r#"{"version":1,"mpi":"Test MPI","nprocs":2,"ranks_reporting":2,
-        "run_time_s":1.0,"sites":[{"op":"allreduce","location":"a.c:3 (main)","file":"a.c",
-        "line":3,"function":"main","object":"/bin/a","address":"0x10","signature":"count=1",
-        "calls":100,"bytes":800,"time":{"total_s":0.5,"min_us":1.0,"p50_us":2.0,"p90_us":3.0,
-        "p99_us":4.0,"max_us":5.0,"share":0.6},"codelet":"ring","codelets":{"ring":100},
-        "tuning":{"phase":"production","reason":null,"winner":"ring","search_instances":20,
-        "searches":1,"rounds":3,"codelets":[],"saved_s":0.25},
-        "ranks":{"count":2,"calls":{"min":100,"max":100},"bytes":{"min":800,"max":800},
-        "time_s":{"min":0.4,"max":0.5}}}]}"#;
+    const VERSION_1: &str = include_str!("../tests/data/version-1.json");
 
     fn version_1() -> Report {
         serde_json::from_str(VERSION_1).expect("version 1 reports stay readable")

@@ -20,6 +20,7 @@ use rustc_hash::FxBuildHasher;
 use super::agreement;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
 use commtune_tune::stats::Samples;
+use commtune_tune::timeline::{Mark, Timeline};
 use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
 
 use crate::codelets;
@@ -41,6 +42,7 @@ struct EpisodeTuner {
     search_instances: u64,
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
+    timeline: Timeline,
 }
 
 struct Search {
@@ -106,6 +108,10 @@ pub fn completed(
     let Some(search) = &mut t.search else {
         if t.instances >= runtime::config().tuning.warmup {
             t.search = Some(Search::new());
+            t.timeline.push(Mark::Search {
+                call: t.instances + 1,
+                search: 1,
+            });
         }
         return Measured::Other;
     };
@@ -134,6 +140,11 @@ pub fn completed(
             search.misses = 0;
             search.samples.of(chosen).push(ticks as f64);
             search.step += 1;
+            t.timeline.push(Mark::Sample {
+                call: t.instances,
+                codelet: chosen,
+                ticks: ticks as f64,
+            });
         }
         // The first run of a pair (period timing); the second then measures a whole period.
         _ if ran == chosen && !last_of_codelet => search.step += 1,
@@ -156,6 +167,10 @@ pub fn completed(
     {
         t.production = Some(winner);
         t.decided = t.search.take().map(|s| s.plan);
+        t.timeline.push(Mark::Decision {
+            call: t.instances,
+            winner,
+        });
     }
     Measured::Search
 }
@@ -236,6 +251,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
             plan: None,
             search_instances: 0,
             searches: 0,
+            timeline: None,
         }
         .data(&names, ns_per_tick);
     };
@@ -252,6 +268,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         plan: t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref()),
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),
+        timeline: Some(&t.timeline),
     }
     .data(&names, ns_per_tick)
 }

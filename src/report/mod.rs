@@ -22,6 +22,7 @@ fn rank_data(process: &Process) -> RankData {
     let ns_per_tick = clock::ns_per_tick();
     RankData {
         rank: process.rank,
+        host: host_name(),
         run_ns: mpi::now_ns().saturating_sub(process.start_ns),
         keys: keys::entries()
             .into_iter()
@@ -44,6 +45,18 @@ fn tuning(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData>
         Op::Halo => Some(halo::tuning_report(entry, ns_per_tick)),
         _ => tuner::report(entry, names, ns_per_tick),
     }
+}
+
+/// This machine's host name (empty if it has none).
+fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; gethostname writes at most that much.
+    let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end]).into_owned()
 }
 
 /// Every rank's data as it arrived on rank 0, to publish once MPI is finalized.

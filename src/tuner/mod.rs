@@ -33,6 +33,7 @@ use self::state::{
 use self::state::{Linked, Tuner, TunerLink};
 use commtune_report::TuningData;
 use commtune_tune::stats::Samples;
+use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
@@ -187,7 +188,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             step.codelet,
             step.measure.kind(),
         );
-        measured(tuner, &step, start, end.saturating_sub(start));
+        measured(tuner, &step, k, start, end.saturating_sub(start));
     } else {
         entry.count(step.codelet);
     }
@@ -234,17 +235,22 @@ pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningD
     Some(tuner.report(names, ns_per_tick))
 }
 
-/// Books a measured call into the key's search or drift window.
-fn measured(tuner: &Tuner, step: &Step, start: u64, ticks: u64) {
-    let mut key = lock(&tuner.state);
+/// Books measured call `k` into the key's search or drift window.
+fn measured(tuner: &Tuner, step: &Step, k: u64, start: u64, ticks: u64) {
+    let key = &mut *lock(&tuner.state);
     key.ticks += ticks;
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search { sample }) => {
             s.add_spent(step.codelet, ticks);
             if runtime::config().tuning.timing == Timing::Period {
-                s.pending = Some((start, step.codelet, sample));
+                s.pending = Some((start, step.codelet, sample, k));
             } else if sample {
                 s.samples.of(step.codelet).push(ticks as f64);
+                key.timeline.push(Mark::Sample {
+                    call: k,
+                    codelet: step.codelet,
+                    ticks: ticks as f64,
+                });
             }
         }
         (Phase::Production(p), Measure::Window) => p.window.push(ticks),
@@ -330,7 +336,13 @@ fn drift_check<C: Operation>(
     trace(at.entry, || {
         format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
     });
-    if p.strikes < DRIFT_STRIKES || key.reopened >= MAX_REOPEN {
+    let reopen = p.strikes >= DRIFT_STRIKES && key.reopened < MAX_REOPEN;
+    key.timeline.push(Mark::Drift {
+        call: at.k,
+        ratio: mean,
+        reopened: reopen,
+    });
+    if !reopen {
         return None;
     }
     key.reopened += 1;
@@ -427,6 +439,10 @@ fn start_search<C: Operation>(
     }));
     key.reason = None;
     key.searches += 1;
+    key.timeline.push(Mark::Search {
+        call: at.k,
+        search: key.searches,
+    });
     at.tuner.unsettle();
     at.slot.set_active(comm, Some((at.tuner, at.n)));
     true
@@ -449,8 +465,14 @@ fn search_step<C>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerSt
     let Phase::Searching(s) = &mut key.phase else {
         return Step::native(Measure::Timed);
     };
-    if let Some((start, codelet, true)) = s.pending.take() {
-        s.samples.of(codelet).push(now.saturating_sub(start) as f64);
+    if let Some((start, codelet, true, call)) = s.pending.take() {
+        let ticks = now.saturating_sub(start) as f64;
+        s.samples.of(codelet).push(ticks);
+        key.timeline.push(Mark::Sample {
+            call,
+            codelet,
+            ticks,
+        });
     }
     if s.position == s.schedule.len() {
         let local: Vec<Agreed> = s
@@ -488,6 +510,7 @@ fn search_step<C>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerSt
                 if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                     key.decided = Some(done.plan);
                 }
+                key.timeline.push(Mark::Decision { call: k, winner });
                 tuner.settle(key, winner, phase, k + settings.drift_interval);
                 slot.set_active(comm, None);
                 slot.next_check.store(n + 1, Ordering::Relaxed);
@@ -587,6 +610,7 @@ fn end_stalled_search(slot: &CommTuner, comm: &mut CommTunerState, tuner: &Tuner
     if let Phase::Searching(s) = std::mem::replace(&mut other.phase, Phase::Untuned) {
         other.decided = Some(s.plan);
     }
+    other.timeline.push(Mark::Decision { call: k, winner });
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
     let production = Phase::Production(Production::new(winner));

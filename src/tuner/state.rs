@@ -20,6 +20,7 @@ use crate::sync::{LeakedCell, lock};
 use commtune_tune::Plan;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
 use commtune_tune::stats::Samples;
+use commtune_tune::timeline::Timeline;
 
 /// Bounds of the spacing of checkpoints, in collective instances of the communicator: a
 /// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
@@ -237,6 +238,7 @@ impl Tuner {
             },
             search_instances: key.searched,
             searches: key.searches,
+            timeline: Some(&key.timeline),
         }
         .data(names, ns_per_tick)
     }
@@ -260,6 +262,8 @@ pub struct TunerState {
     /// checkpoints at this key where not every rank was ready at it.
     pub waited: u64,
     pub partial: u32,
+    /// What the key ran when, for the report.
+    pub timeline: Timeline,
 }
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
@@ -328,8 +332,9 @@ pub struct SearchState {
     pub samples: Samples,
     /// Ticks spent per registry index (for the budget).
     pub spent: Vec<(usize, u64)>,
-    /// Period timing: the instance waiting for the next entry to end its sample.
-    pub pending: Option<(u64, usize, bool)>,
+    /// Period timing: the instance waiting for the next entry to end its sample: its start,
+    /// codelet, whether it is a sample, and its call number.
+    pub pending: Option<(u64, usize, bool, u64)>,
 }
 
 impl SearchState {

@@ -162,6 +162,31 @@ pub fn compile_with(
     exe
 }
 
+/// Compiles the bundled example (example/stencil.c) for `flavour` into `dir`.
+pub fn compile_example(flavour: Flavour, dir: &Path) -> PathBuf {
+    let exe = dir.join(format!("stencil-example-{}", flavour.name()));
+    compile_c(flavour, &root().join("example/stencil.c"), &exe);
+    exe
+}
+
+/// Compiles one C file (with debug information, so that sites have lines) into `exe`.
+pub fn compile_c(flavour: Flavour, source: &Path, exe: &Path) {
+    let out = Command::new(flavour.cc())
+        .args(["-g", "-O1"])
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .arg("-lm")
+        .output()
+        .expect("run the compiler");
+    assert!(
+        out.status.success(),
+        "compiling {} for {flavour:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One finished job.
 pub struct Job {
     pub output: Output,
@@ -285,30 +310,56 @@ impl Run<'_> {
     }
 }
 
+/// A service tests share (a cluster), held while any test holds it: the first to hold it starts
+/// it, the last to drop its hold stops it.
+pub struct Held {
+    users: &'static Mutex<usize>,
+    stop: fn(),
+}
+
+impl Held {
+    pub fn new(users: &'static Mutex<usize>, start: impl FnOnce(), stop: fn()) -> Held {
+        let mut n = users.lock().unwrap_or_else(|p| p.into_inner());
+        if *n == 0 {
+            start();
+        }
+        *n += 1;
+        Held { users, stop }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut n = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            (self.stop)();
+        }
+    }
+}
+
 /// The cluster in a box (scripts/cluster: network namespaces on a bridge, shaped NICs) while any
-/// test holds one: the first made sets it up, the last dropped takes it down.
-pub struct Cluster;
+/// test holds one.
+pub struct Cluster {
+    /// Stops the cluster when the last holder drops.
+    _held: Held,
+}
 
 static CLUSTER_USERS: Mutex<usize> = Mutex::new(0);
 
 impl Cluster {
     /// `hosts` hosts with NICs at `rate` (as tc takes it). Needs root, as CI has.
     pub fn up(hosts: usize, rate: &str) -> Cluster {
-        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
-        if *users == 0 {
-            cluster(&["up", "--hosts", &hosts.to_string(), "--rate", rate]);
-        }
-        *users += 1;
-        Cluster
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let mut users = CLUSTER_USERS.lock().unwrap_or_else(|p| p.into_inner());
-        *users -= 1;
-        if *users == 0 {
-            cluster(&["down"]);
+        Cluster {
+            _held: Held::new(
+                &CLUSTER_USERS,
+                || {
+                    cluster(&["up", "--hosts", &hosts.to_string(), "--rate", rate]);
+                },
+                || {
+                    cluster(&["down"]);
+                },
+            ),
         }
     }
 }

@@ -33,6 +33,17 @@ impl Flavour {
         }
     }
 
+    /// The srun MPI plugin that starts this flavour's ranks as one job: Debian's Open MPI 4
+    /// wires up through PMIx, its MPICH (Hydra's PMI client) through PMI-2. Without one, a
+    /// cluster whose `MpiDefault` is `none` starts MPICH ranks as separate singletons and Open
+    /// MPI ranks abort in MPI_Init.
+    pub fn srun_plugin(self) -> &'static str {
+        match self {
+            Flavour::OpenMpi => "pmix",
+            Flavour::Mpich => "pmi2",
+        }
+    }
+
     /// How to build this flavour's library from the source tree.
     pub fn build_command(self) -> &'static str {
         match self {

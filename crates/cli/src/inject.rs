@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
+use crate::flavour::Flavour;
 use crate::launcher::Launcher;
 
 /// What to run: the final argument vector and the variables to set in its environment.
@@ -41,8 +42,29 @@ pub fn job_variables(
         .collect()
 }
 
-/// Inserts `vars` into `command` for `launcher`, right after the launcher's name.
-pub fn plan(launcher: Launcher, command: &[String], vars: &[(String, String)]) -> Plan {
+/// The `--mpi=PLUGIN` srun needs for `flavour`, unless the user chose one: an `--mpi` option in
+/// the command, or `slurm_mpi_type` (srun's SLURM_MPI_TYPE). Every word counts, the program's
+/// own included: a stray `--mpi` leaves srun to the cluster's default, never overrides a choice.
+pub fn srun_mpi(
+    flavour: Flavour,
+    command: &[String],
+    slurm_mpi_type: Option<&str>,
+) -> Option<String> {
+    let chosen = slurm_mpi_type.is_some_and(|t| !t.is_empty())
+        || command
+            .iter()
+            .any(|w| w == "--mpi" || w.starts_with("--mpi="));
+    (!chosen).then(|| format!("--mpi={}", flavour.srun_plugin()))
+}
+
+/// Inserts `vars` into `command` for `launcher`, right after the launcher's name; for srun also
+/// `srun_mpi` (see `srun_mpi`).
+pub fn plan(
+    launcher: Launcher,
+    command: &[String],
+    vars: &[(String, String)],
+    srun_mpi: Option<String>,
+) -> Plan {
     let Some((first, rest)) = command.split_first() else {
         return Plan {
             argv: Vec::new(),
@@ -73,7 +95,7 @@ pub fn plan(launcher: Launcher, command: &[String], vars: &[(String, String)]) -
                     export.push(format!("{n}={v}"));
                 }
             }
-            vec![export.join(",")]
+            std::iter::once(export.join(",")).chain(srun_mpi).collect()
         }
         Launcher::Direct => {
             return Plan {
@@ -155,7 +177,12 @@ mod tests {
     #[test]
     fn open_mpi_gets_dash_x() {
         let vars = pairs(&[("LD_PRELOAD", "/l.so"), ("COMMTUNE_MODE", "profile")]);
-        let p = plan(Launcher::OpenMpi, &words("mpirun -np 2 ./prog a"), &vars);
+        let p = plan(
+            Launcher::OpenMpi,
+            &words("mpirun -np 2 ./prog a"),
+            &vars,
+            None,
+        );
         assert_eq!(
             p.argv,
             words("mpirun -x LD_PRELOAD=/l.so -x COMMTUNE_MODE=profile -np 2 ./prog a")
@@ -166,7 +193,12 @@ mod tests {
     #[test]
     fn hydra_gets_genv() {
         let vars = pairs(&[("LD_PRELOAD", "/l.so"), ("COMMTUNE_REPORT", "a b.json")]);
-        let p = plan(Launcher::Hydra, &words("mpiexec.mpich -n 2 ./prog"), &vars);
+        let p = plan(
+            Launcher::Hydra,
+            &words("mpiexec.mpich -n 2 ./prog"),
+            &vars,
+            None,
+        );
         let mut expected = words("mpiexec.mpich -genv LD_PRELOAD /l.so -genv COMMTUNE_REPORT");
         expected.push("a b.json".into());
         expected.extend(words("-n 2 ./prog"));
@@ -177,13 +209,13 @@ mod tests {
     #[test]
     fn srun_gets_export_and_commas_go_to_the_environment() {
         let vars = pairs(&[("LD_PRELOAD", "/l.so"), ("COMMTUNE_MODE", "profile")]);
-        let p = plan(Launcher::Srun, &words("srun -n 4 ./prog"), &vars);
+        let p = plan(Launcher::Srun, &words("srun -n 4 ./prog"), &vars, None);
         assert_eq!(
             p.argv,
             words("srun --export=ALL,LD_PRELOAD=/l.so,COMMTUNE_MODE=profile -n 4 ./prog")
         );
         let vars = pairs(&[("LD_PRELOAD", "/l.so"), ("COMMTUNE_REPORT", "a,b.json")]);
-        let p = plan(Launcher::Srun, &words("srun ./prog"), &vars);
+        let p = plan(Launcher::Srun, &words("srun ./prog"), &vars, None);
         assert_eq!(
             p.argv,
             words("srun --export=ALL,LD_PRELOAD=/l.so,COMMTUNE_REPORT ./prog")
@@ -192,9 +224,31 @@ mod tests {
     }
 
     #[test]
+    fn srun_gets_the_flavours_mpi_plugin_unless_chosen() {
+        let vars = pairs(&[("LD_PRELOAD", "/l.so")]);
+        let command = words("srun -n 4 ./prog");
+        let mpi = srun_mpi(Flavour::Mpich, &command, None);
+        assert_eq!(mpi.as_deref(), Some("--mpi=pmi2"));
+        let p = plan(Launcher::Srun, &command, &vars, mpi);
+        assert_eq!(
+            p.argv,
+            words("srun --export=ALL,LD_PRELOAD=/l.so --mpi=pmi2 -n 4 ./prog")
+        );
+        assert_eq!(
+            srun_mpi(Flavour::OpenMpi, &command, Some("")).as_deref(),
+            Some("--mpi=pmix")
+        );
+        assert_eq!(srun_mpi(Flavour::OpenMpi, &command, Some("pmix_v4")), None);
+        let chosen = words("srun --mpi=pmix_v4 -n 4 ./prog");
+        assert_eq!(srun_mpi(Flavour::OpenMpi, &chosen, None), None);
+        let separate = words("srun --mpi none -n 4 ./prog");
+        assert_eq!(srun_mpi(Flavour::Mpich, &separate, None), None);
+    }
+
+    #[test]
     fn direct_program_gets_environment() {
         let vars = pairs(&[("LD_PRELOAD", "/l.so")]);
-        let p = plan(Launcher::Direct, &words("./prog x"), &vars);
+        let p = plan(Launcher::Direct, &words("./prog x"), &vars, None);
         assert_eq!(p.argv, words("./prog x"));
         assert_eq!(p.env, vars);
     }

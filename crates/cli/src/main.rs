@@ -36,7 +36,8 @@ enum Cmd {
     /// Run an MPI job with libcommtune.so preloaded into every rank
     #[command(long_about = RUN_ABOUT, after_help = RUN_EXAMPLES)]
     Run(RunArgs),
-    /// Print the summary of a JSON report written by a run
+    /// Print the summary of a JSON report, write it as an HTML page, or compare two reports
+    #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
     /// List the codelets of each operation with their attributes and requirements
     Codelets(CodeletsArgs),
@@ -63,7 +64,8 @@ Library: $COMMTUNE_LIB_OPENMPI / $COMMTUNE_LIB_MPICH, else the build next to thi
 
 Injection: LD_PRELOAD and every COMMTUNE_* variable (except the CLI's own COMMTUNE_LIB_*) are \
 passed to the ranks: `-x NAME=VALUE` for Open MPI, `-genv NAME VALUE` for MPICH's mpiexec, \
-`--export=ALL,NAME=VALUE,...` for srun, the environment for a program run directly. Then the \
+`--export=ALL,NAME=VALUE,...` for srun (with `--mpi=pmix` for Open MPI or `--mpi=pmi2` for \
+MPICH, unless the command has an --mpi option or SLURM_MPI_TYPE is set), the environment for a program run directly. Then the \
 command runs in place of commtune; its exit status is the job's.";
 
 const RUN_EXAMPLES: &str = "Examples:
@@ -100,15 +102,29 @@ struct RunArgs {
     command: Vec<String>,
 }
 
+const REPORT_EXAMPLES: &str = "Examples:
+  commtune report commtune-1234.json                      # the text summary
+  commtune report commtune-1234.json --html report.html   # every figure, one self-contained page
+  commtune report before.json after.json --compare        # two runs side by side
+  commtune report before.json after.json --compare --html compare.html";
+
 #[derive(Args)]
 struct ReportArgs {
-    /// A report written by a run (commtune-<id>.json by default)
-    #[arg(value_name = "FILE.json")]
-    file: PathBuf,
+    /// A report written by a run (commtune-<id>.json by default); two with --compare
+    #[arg(value_name = "FILE.json", required = true, num_args = 1..=2)]
+    files: Vec<PathBuf>,
 
-    /// How many call sites to list, most time first
+    /// How many call sites to list in text, most time first
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
+
+    /// Write the report (or the comparison) as one self-contained HTML page to OUT
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+
+    /// Compare two reports site by site: time, codelet and ratio (second over first)
+    #[arg(long)]
+    compare: bool,
 }
 
 /// An error to print, with the exit status to return.
@@ -161,7 +177,12 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
         environment,
         &overrides,
     );
-    let plan = inject::plan(detection.launcher, &args.command, &vars);
+    let srun_mpi = inject::srun_mpi(
+        detection.flavour,
+        &args.command,
+        std::env::var("SLURM_MPI_TYPE").ok().as_deref(),
+    );
+    let plan = inject::plan(detection.launcher, &args.command, &vars, srun_mpi);
 
     if args.dry_run {
         print!("{}", describe(&detection, &library, &plan));
@@ -239,14 +260,33 @@ fn codelets(args: &CodeletsArgs) -> Result<(), Failure> {
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {
-    let name = args.file.display();
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| Failure::new(1, format!("cannot read {name}: {e}")))?;
-    let report: commtune_report::Report = serde_json::from_str(&text)
-        .map_err(|e| Failure::new(1, format!("{name} is not a commtune report: {e}")))?;
-    commtune_report::check_version(report.version)
-        .map_err(|e| Failure::new(1, format!("{name}: {e}")))?;
-    print!("{}", commtune_report::summary(&report, args.top));
+    let reports = args
+        .files
+        .iter()
+        .map(|f| commtune_report::read(f))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| Failure::new(1, m))?;
+    let (text, page) = match (args.compare, reports.as_slice()) {
+        (false, [one]) => (
+            commtune_report::summary(one, args.top),
+            args.html.as_ref().map(|_| commtune_report::html(one)),
+        ),
+        (true, [a, b]) => {
+            let names = args.files.iter().map(|f| f.display().to_string());
+            let comparison = commtune_report::compare(a, b, names);
+            (
+                comparison.text(args.top),
+                args.html.as_ref().map(|_| comparison.html()),
+            )
+        }
+        (true, _) => return Err(Failure::new(2, "--compare needs two reports")),
+        (false, _) => return Err(Failure::new(2, "two reports: add --compare")),
+    };
+    match (&args.html, page) {
+        (Some(out), Some(page)) => std::fs::write(out, page)
+            .map_err(|e| Failure::new(1, format!("cannot write {}: {e}", out.display())))?,
+        _ => print!("{text}"),
+    }
     Ok(())
 }
 

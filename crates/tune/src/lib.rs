@@ -9,7 +9,8 @@
 //! - `schedule`: who exchanges which blocks with whom in the collective algorithms.
 //! - `edges`: which graph edge carries each message of a halo episode run as one neighbourhood
 //!   collective.
-//! - `report`: the report's view of a key's tuning, built the same way for every tuner.
+//! - `report`, `timeline`: the report's view of a key's tuning and of what it ran when, built the
+//!   same way for every tuner.
 
 pub mod attributes;
 pub mod edges;
@@ -18,6 +19,7 @@ pub mod report;
 pub mod schedule;
 pub mod settings;
 pub mod stats;
+pub mod timeline;
 
 pub use attributes::{Attributes, Partners};
 pub use policy::{Agreed, Candidate, Next, Plan, Search};

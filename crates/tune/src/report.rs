@@ -4,6 +4,7 @@
 use commtune_report::TuningData;
 
 use crate::policy::Plan;
+use crate::timeline::Timeline;
 
 /// Where a key's tuning stands.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -36,6 +37,7 @@ pub struct Progress<'p> {
     /// Instances spent searching, all searches together.
     pub search_instances: u64,
     pub searches: u32,
+    pub timeline: Option<&'p Timeline>,
 }
 
 /// Why a key called `instances` times is still warming up.
@@ -60,6 +62,10 @@ impl Progress<'_> {
             codelets: self
                 .plan
                 .map_or_else(Vec::new, |p| p.report_estimates(names, ns_per_tick)),
+            timeline: self
+                .timeline
+                .map_or_else(Vec::new, |t| t.events(names, ns_per_tick)),
+            timeline_dropped: self.timeline.map_or(0, |t| t.dropped),
             saved_s: None,
             saving: None,
         }
@@ -79,6 +85,7 @@ mod tests {
             plan: None,
             search_instances: 12,
             searches: 1,
+            timeline: None,
         }
         .data(&names, 1.0);
         assert_eq!(data.phase, "production");
@@ -90,6 +97,7 @@ mod tests {
             plan: None,
             search_instances: 0,
             searches: 0,
+            timeline: None,
         }
         .data(&names, 1.0);
         assert_eq!(warm.winner, None);
