@@ -11,6 +11,7 @@
 
 mod clock;
 mod codelets;
+mod comms;
 mod config;
 mod halo;
 mod interpose;

@@ -182,7 +182,7 @@ pub fn execute<C: Operation>(call: &C, index: usize) -> c_int {
     let Some(run) = C::codelets()[index].run else {
         return call.native();
     };
-    let rc = match crate::mpi::private_comm(call.comm()).and_then(|comm| run(call, &comm)) {
+    let rc = match crate::comms::private(call.comm()).and_then(|comm| run(call, &comm)) {
         Ok(()) => crate::mpi::SUCCESS,
         Err(rc) => rc,
     };
@@ -201,7 +201,7 @@ pub fn inject_delay<C: Operation>(call: &C, index: usize, instance: u64) {
         return;
     };
     std::thread::sleep(delay);
-    if let Ok(comm) = crate::mpi::private_comm(call.comm()) {
+    if let Ok(comm) = crate::comms::private(call.comm()) {
         let _ = comm.barrier();
     }
 }

@@ -14,10 +14,12 @@
 //! two are compared, and every rank keeps or drops the collective from the same instance. Each communicator agrees on one episode
 //! at most; after a decision it stops checking.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::hash::BuildHasher;
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use commtune_report::Op;
 use commtune_tune::edges::{self, Message};
@@ -30,7 +32,8 @@ use crate::codelets::halo::neighbor::{Expected, Schedule};
 use crate::config::Mode;
 use crate::keys::Entry;
 use crate::mpi::{self, Comm, HandleBits, MPI_Comm, PointToPointKind};
-use crate::{clock, runtime};
+use crate::sync::lock;
+use crate::{clock, comms, runtime};
 
 /// Consecutive instances of an episode before a rank proposes it.
 const STEADY: u64 = 2;
@@ -49,8 +52,10 @@ struct Candidate {
     messages: Vec<Expected>,
 }
 
+/// The agreement's state of one communicator (kept in its `comms` record).
 #[derive(Default)]
-struct Communicator {
+struct CommAgreement {
+    /// The number of the collective call being handled (in the record's count).
     collectives: u64,
     next_check: u64,
     interval: u64,
@@ -90,8 +95,6 @@ struct AgreedEpisode {
     freed: bool,
 }
 
-static COMMS: LazyLock<DashMap<usize, Communicator, FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
 /// Keyed by the entry's address: entries live for the whole process.
 static USES: LazyLock<DashMap<usize, AgreedEpisode, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
@@ -234,10 +237,10 @@ pub fn broken(entry: &Entry, why: &str) {
     }
 }
 
-impl Communicator {
-    /// Counts a collective call; whether it is an agreement point.
-    fn due(&mut self) -> bool {
-        self.collectives += 1;
+impl CommAgreement {
+    /// Collective call `number` of the communicator: whether it is an agreement point.
+    fn due(&mut self, number: u64) -> bool {
+        self.collectives = number;
         if self.settled || self.collectives < self.next_check {
             return false;
         }
@@ -258,20 +261,29 @@ pub struct Episodes {
     pub settled: fn(&Entry) -> bool,
 }
 
-/// The application called a collective on `comm` (every rank of it does, in the same order).
+/// The application called a collective on `comm` (every rank of it does, in the same order);
+/// `tuned`: the tuner runs it, and counts it in the communicator's collective calls (else this
+/// does). Every collective call is counted while ranks may agree, even one MPI refused to tell
+/// the library is freed: a rank that stopped counting would miss the agreement points its peers
+/// reach.
 #[inline]
-pub fn at_collective(comm: MPI_Comm, episodes: Episodes) {
+pub fn at_collective(comm: MPI_Comm, episodes: Episodes, tuned: bool) {
     if may_agree() {
-        count_collective(comm, episodes);
+        count_collective(comm, episodes, tuned);
     }
 }
 
 #[cold]
-fn count_collective(comm: MPI_Comm, episodes: Episodes) {
+fn count_collective(comm: MPI_Comm, episodes: Episodes, tuned: bool) {
     let bits = comm.bits();
+    let record = comms::of(comm);
+    let number = record.collectives.load(Ordering::Relaxed) + 1;
+    if !tuned {
+        record.collectives.store(number, Ordering::Relaxed);
+    }
     let (due, trial) = {
-        let mut c = communicator(comm);
-        (c.due(), c.trial)
+        let mut c = state_of(record);
+        (c.due(number), c.trial)
     };
     if !due {
         return;
@@ -283,7 +295,7 @@ fn count_collective(comm: MPI_Comm, episodes: Episodes) {
         );
         return;
     }
-    let Ok(private) = mpi::private_comm(comm) else {
+    let Ok(private) = record.private(comm) else {
         settle(bits, "the library could not duplicate the communicator");
         return;
     };
@@ -296,27 +308,39 @@ fn count_collective(comm: MPI_Comm, episodes: Episodes) {
     }
 }
 
-/// The state of the application's communicator `comm`, made on first use. Its collective calls
-/// are counted even if MPI refused to tell when it is freed: a rank that stopped counting would
-/// miss the agreement points its peers reach.
-fn communicator(comm: MPI_Comm) -> dashmap::mapref::one::RefMut<'static, usize, Communicator> {
-    let bits = comm.bits();
-    // Outside any lock: setting the attribute may call `forget`.
-    if !COMMS.contains_key(&bits) {
-        let _ = mpi::watch(comm, forget);
-    }
-    COMMS.entry(bits).or_default()
+/// The agreement's state of the communicator of `record`, made on first use.
+fn state_of(record: &'static comms::Communicator) -> MutexGuard<'static, CommAgreement> {
+    let state: &'static (dyn Any + Send + Sync) = *record
+        .neighbor
+        .get_or_init(|| Box::leak(Box::new(Mutex::new(CommAgreement::default()))));
+    lock(
+        state
+            .downcast_ref()
+            .expect("a communicator's neighbor slot holds the agreement's state only"),
+    )
+}
+
+/// The agreement's state of the application's communicator `comm`, made on first use.
+fn communicator(comm: MPI_Comm) -> MutexGuard<'static, CommAgreement> {
+    state_of(comms::of(comm))
+}
+
+/// The agreement's state of the communicator handle `bits`, if it has one.
+fn state(bits: usize) -> Option<MutexGuard<'static, CommAgreement>> {
+    comms::of_bits(bits)
+        .filter(|record| record.neighbor.get().is_some())
+        .map(state_of)
 }
 
 fn settle(bits: usize, outcome: &str) {
-    if let Some(mut c) = COMMS.get_mut(&bits) {
+    if let Some(mut c) = state(bits) {
         c.settled = true;
         c.outcome = Some(outcome.to_string());
     }
 }
 
 fn set_outcome(bits: usize, outcome: String) {
-    if let Some(mut c) = COMMS.get_mut(&bits) {
+    if let Some(mut c) = state(bits) {
         c.outcome = Some(outcome);
     }
 }
@@ -332,7 +356,7 @@ fn next_instance(entry: &'static Entry, episodes: Episodes) -> i64 {
 /// graph is built and the episode switches.
 fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::MpiResult {
     let (entry, identity, messages) = {
-        let c = COMMS.get(&bits);
+        let c = state(bits);
         let latest = c.as_ref().and_then(|c| c.candidates.get(&c.latest?));
         let ready =
             latest.filter(|k| k.steady >= STEADY && (forced() || (episodes.settled)(k.entry)));
@@ -395,7 +419,7 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
                 collective_number(bits),
                 next
             ));
-            if let Some(mut c) = COMMS.get_mut(&bits) {
+            if let Some(mut c) = state(bits) {
                 c.outcome = None;
                 match phase {
                     Phase::Trial => c.trial = Some(entry),
@@ -412,7 +436,7 @@ fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::Mp
 }
 
 fn collective_number(bits: usize) -> u64 {
-    COMMS.get(&bits).map_or(0, |c| c.collectives)
+    state(bits).map_or(0, |c| c.collectives)
 }
 
 /// Pairs every rank's sends with its peers' receives and builds the graph; Err(why) on every
@@ -566,7 +590,7 @@ fn evaluate(
             ""
         }
     ));
-    if let Some(mut c) = COMMS.get_mut(&bits) {
+    if let Some(mut c) = state(bits) {
         c.trial = None;
         c.settled = true;
     }
@@ -579,13 +603,16 @@ pub fn chosen(entry: &Entry) -> bool {
         .is_some_and(|u| u.phase == Phase::Chosen && !u.broken)
 }
 
-/// The application freed `comm`: its graph too (every rank is inside MPI_Comm_free), and its
-/// agreed episodes never run the collective again (a new communicator may reuse the handle).
-fn forget(bits: usize) {
-    let Some((_, c)) = COMMS.remove(&bits) else {
+/// The application freed a communicator (`comms` hook): its graph too (every rank is inside
+/// MPI_Comm_free), and its agreed episodes never run the collective again (a new communicator
+/// may reuse the handle).
+pub fn forget(bits: usize) {
+    let Some(mut c) = state(bits) else {
         return;
     };
     explain(&c);
+    *c = CommAgreement::default();
+    drop(c);
     let mut graphs = Vec::new();
     for mut u in USES.iter_mut() {
         if u.schedule.comm().is_some_and(|c| c.bits() == bits) && !u.freed {
@@ -598,11 +625,14 @@ fn forget(bits: usize) {
 
 /// Before the report: each communicator's episodes that never ran the collective say why.
 pub fn finalizing() {
-    COMMS.iter().for_each(|c| explain(&c));
+    comms::all()
+        .into_iter()
+        .filter(|record| record.neighbor.get().is_some())
+        .for_each(|record| explain(&state_of(record)));
 }
 
 /// Notes on `c`'s episodes that never ran the collective why they did not.
-fn explain(c: &Communicator) {
+fn explain(c: &CommAgreement) {
     let other = c
         .candidates
         .values()
@@ -629,10 +659,10 @@ mod tests {
 
     #[test]
     fn agreement_points_thin_out_to_every_16th_collective() {
-        let mut c = Communicator::default();
-        let due: Vec<u64> = (1..=70).filter(|_| c.due()).collect();
+        let mut c = CommAgreement::default();
+        let due: Vec<u64> = (1..=70).filter(|&n| c.due(n)).collect();
         assert_eq!(due, [1, 2, 4, 8, 16, 32, 48, 64]);
         c.settled = true;
-        assert!((0..100).all(|_| !c.due()));
+        assert!((71..171).all(|n| !c.due(n)));
     }
 }

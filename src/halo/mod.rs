@@ -46,16 +46,22 @@ pub fn post_deferred_listed() {
 }
 
 /// The application called a collective on `comm`: every rank of it is there, so ranks may agree
-/// on `neighbor` for an episode.
+/// on `neighbor` for an episode. `tuned`: the tuner runs the call (and counts it).
 #[inline]
-pub fn agree_at_collective(comm: MPI_Comm) {
+pub fn agree_at_collective(comm: MPI_Comm, tuned: bool) {
     agreement::at_collective(
         comm,
         agreement::Episodes {
             open: episode::open_prediction,
             settled: rank_tuner::is_settled,
         },
+        tuned,
     );
+}
+
+/// The application freed a communicator (`comms` hook).
+pub fn comm_freed(bits: usize) {
+    agreement::forget(bits);
 }
 
 /// Whether `request` is one of the `neighbor` codelet's generalized requests, which the library

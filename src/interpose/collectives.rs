@@ -21,7 +21,7 @@ use crate::runtime;
 pub extern "C" fn commtune_barrier(comm: MPI_Comm) -> c_int {
     halo::post_deferred();
     if runtime::enabled() && runtime::process().is_some() && mpi::are_valid(comm, &[]) {
-        halo::agree_at_collective(comm);
+        halo::agree_at_collective(comm, false);
     }
     mpi::barrier(comm)
 }

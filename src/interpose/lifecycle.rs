@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::keys::{self, Handle};
 use crate::mpi::{HandleBits, MPI_Comm, MPI_Op};
 use crate::say::say;
-use crate::{codelets, config, halo, mpi, report, runtime};
+use crate::{codelets, comms, config, halo, mpi, report, runtime, tuner};
 
 /// Called by the library constructor, in every process the library is loaded into (launchers
 /// and proxies too, which never initialise MPI).
@@ -18,6 +18,11 @@ pub fn load() {
     mpi::refuse_other_mpi();
     let (config, problems) = config::parse(std::env::vars_os(), codelets::names);
     runtime::set_config(config, problems);
+    // The same order on every rank: the agreement frees communicators of its own.
+    comms::on_free(keys::comm_freed);
+    comms::on_free(codelets::halo::persistent::comm_freed);
+    comms::on_free(tuner::comm_freed);
+    comms::on_free(halo::comm_freed);
     mpi::at_exit(at_exit);
 }
 
@@ -37,7 +42,7 @@ pub extern "C" fn commtune_init(
     // Every rank is inside MPI_Init: the private duplicate of MPI_COMM_WORLD that the at-exit
     // fallback needs is made now (collective).
     if rc == mpi::SUCCESS && runtime::enabled() && runtime::started().is_some() {
-        let _ = mpi::private_comm(mpi::comm_world());
+        let _ = crate::comms::private(mpi::comm_world());
     }
     rc
 }

@@ -19,10 +19,11 @@ use crate::{clock, halo, runtime, tuner};
 /// forced or native codelet, measured on `key`'s entry `entry`.
 #[inline]
 fn dispatch<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
-    // Every rank of the communicator is inside this call: halo episodes may be agreed on.
-    halo::agree_at_collective(call.comm());
     let config = runtime::config();
-    if config.mode == Mode::Tune && config.forced(C::OP).is_none() {
+    let tuned = config.mode == Mode::Tune && config.forced(C::OP).is_none();
+    // Every rank of the communicator is inside this call: halo episodes may be agreed on.
+    halo::agree_at_collective(call.comm(), tuned);
+    if tuned {
         return tuner::run(call, key, entry);
     }
     let index = forced_or_native(call, entry);

@@ -25,10 +25,10 @@ use hdrhistogram::Histogram;
 use rustc_hash::FxBuildHasher;
 
 use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Op};
-use crate::runtime;
 use crate::say::say;
 use crate::site::{self, Caller, SiteRef};
 use crate::sync::{LeakedCell, lock};
+use crate::{comms, runtime};
 
 /// The raw identity of a call: who called, which operation, and the signature as handle bits
 /// and counts (process-local values; `Entry` holds their cross-rank description).
@@ -224,7 +224,10 @@ fn depend(key: &'static Key, handles: &[Handle], again: bool) {
         // the shim reports MPI_Op_free (`commtune_op_free`).
         if first {
             let _ = match handle {
-                Handle::Comm(bits) => mpi::watch(MPI_Comm::from_bits(bits), freed_comm),
+                Handle::Comm(bits) => {
+                    comms::of(MPI_Comm::from_bits(bits));
+                    Ok(())
+                }
                 Handle::Datatype(bits) => {
                     mpi::watch_datatype(MPI_Datatype::from_bits(bits), freed_datatype)
                 }
@@ -241,7 +244,8 @@ pub fn freed(handle: Handle) {
     }
 }
 
-fn freed_comm(bits: usize) {
+/// The application freed a communicator (`comms` hook).
+pub fn comm_freed(bits: usize) {
     freed(Handle::Comm(bits));
 }
 

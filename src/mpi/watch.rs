@@ -108,7 +108,7 @@ pub fn is_predefined(datatype: MPI_Datatype) -> bool {
 type CommDeleteFn = extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int;
 
 /// The communicator keyval in `slot`, created on first use with `on_delete` as its callback.
-pub(super) fn comm_keyval(slot: &OnceLock<c_int>, on_delete: CommDeleteFn) -> MpiResult<c_int> {
+fn comm_keyval(slot: &OnceLock<c_int>, on_delete: CommDeleteFn) -> MpiResult<c_int> {
     keyval(slot, |keyval| {
         // SAFETY: registers two callbacks with the signatures MPI expects; writes one int.
         unsafe {

@@ -112,7 +112,7 @@ const EXIT_PATIENCE: Duration = Duration::from_secs(10);
 /// notice that it has written, on the private duplicate of MPI_COMM_WORLD made at MPI_Init.
 pub fn write_at_exit(process: &Process, config: &Config) {
     let world = mpi::is_active()
-        .then(|| mpi::existing_private_comm(mpi::comm_world()))
+        .then(|| crate::comms::of(mpi::comm_world()).existing_private())
         .flatten();
     if process.rank == 0 {
         publish(&[rank_data(process)], process, config, None);

@@ -26,9 +26,10 @@ use std::ffi::c_int;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
+pub use self::state::forget as comm_freed;
 use self::state::{
     CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
-    TunerState, comm_tuner, forget,
+    TunerState, comm_tuner,
 };
 use self::state::{Linked, Tuner, TunerLink};
 use commtune_report::TuningData;
@@ -134,15 +135,15 @@ fn sampled(k: u64, drift_at: u64) -> Measure {
 pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> c_int {
     let link = link_of(key);
     let slot = *link.comm.get_or_init(|| comm_tuner(call.comm()));
-    let epoch = slot.epoch.load(Ordering::Relaxed);
+    let epoch = slot.record.epoch.load(Ordering::Relaxed);
     let tuner = match link.current.get() {
         Some(l) if l.tuner.epoch == epoch && l.agree_hash == key.agree_hash() => l.tuner,
         _ => linked(key, link, entry, slot, epoch),
     };
     // The application may call a communicator's collectives from one thread at a time only,
     // so these counters have one writer: a load and a store, no locked read-modify-write.
-    let n = slot.instance.load(Ordering::Relaxed);
-    slot.instance.store(n + 1, Ordering::Relaxed);
+    let n = slot.record.collectives.load(Ordering::Relaxed);
+    slot.record.collectives.store(n + 1, Ordering::Relaxed);
     let k = tuner.instances.load(Ordering::Relaxed) + 1;
     tuner.instances.store(k, Ordering::Relaxed);
     let settled = tuner.settled.load(Ordering::Relaxed);
@@ -264,11 +265,10 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     let mut comm = lock(&slot.state);
     let mut key = lock(&tuner.state);
     let tunable = *comm.tunable.get_or_insert_with(|| {
-        // Every communicator is watched, tunable or not: when it is freed, its handle may come
-        // back for a communicator of another size on some ranks only. Whether it is tunable
-        // depends only on what every rank sees alike.
+        // Whether it is tunable depends only on what every rank sees alike. (Every communicator
+        // is watched through its `comms` record, tunable or not: when it is freed, its handle
+        // may come back for a communicator of another size on some ranks only.)
         let user = at.call.comm();
-        let _ = mpi::watch(user, forget);
         mpi::comm_size(user) > 1 && !mpi::is_intercomm(user)
     });
     if !tunable {
@@ -371,7 +371,7 @@ fn checkpoint<C: Operation>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &m
     let settings = runtime::config().tuning;
     let private = match comm.private {
         Some(p) => p,
-        None => match mpi::private_comm(at.call.comm()) {
+        None => match at.slot.record.private(at.call.comm()) {
             Ok(p) => *comm.private.insert(p),
             Err(_) => return at.slot.disable(comm),
         },

@@ -6,33 +6,33 @@
 //! details that legally differ between ranks (handles of datatypes created per call, an
 //! allgatherv's displacements) split entries on one rank only, and must not split the tuning.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use commtune_report::TuningData;
-use dashmap::DashMap;
-use rustc_hash::FxBuildHasher;
-
-use crate::mpi::{Comm, HandleBits, MPI_Comm};
-use crate::runtime;
-use crate::sync::{LeakedCell, lock};
 use commtune_tune::Plan;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
 use commtune_tune::stats::Samples;
 use commtune_tune::timeline::Timeline;
+use rustc_hash::FxBuildHasher;
+
+use crate::comms::{self, Communicator};
+use crate::mpi::{Comm, MPI_Comm};
+use crate::runtime;
+use crate::sync::{LeakedCell, lock};
 
 /// Bounds of the spacing of checkpoints, in collective instances of the communicator: a
 /// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
 pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
 
-/// One communicator handle. `epoch` changes when the application frees the communicator, so a
-/// handle value reused for another communicator starts afresh (and so do its keys).
+/// The tuner's state of one communicator (kept in its `comms` record; the record's epoch changes
+/// when the application frees the communicator, so a handle value reused for another
+/// communicator starts afresh, and so do its keys).
 pub struct CommTuner {
-    pub epoch: AtomicU64,
-    /// Collective instances on the communicator so far: the same count on every rank.
-    pub instance: AtomicU64,
+    pub record: &'static Communicator,
     /// The instance of the next checkpoint (u64::MAX: never).
     pub next_check: AtomicU64,
     /// A key of this communicator is being searched (checkpoints wait).
@@ -60,8 +60,6 @@ pub struct CommTunerState {
 /// bound at the same call; and an identity beyond it never proposes itself at a checkpoint, so
 /// even a rank that passed it alone (an erroneous program) could not make its peers search.
 const MAX_KEYS: usize = 1024;
-
-static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
 impl CommTunerState {
     fn new() -> CommTunerState {
@@ -103,10 +101,9 @@ impl CommTunerState {
 }
 
 impl CommTuner {
-    fn new() -> CommTuner {
+    fn new(record: &'static Communicator) -> CommTuner {
         CommTuner {
-            epoch: AtomicU64::new(EPOCHS.fetch_add(1, Ordering::Relaxed)),
-            instance: AtomicU64::new(0),
+            record,
             next_check: AtomicU64::new(MIN_INTERVAL),
             searching: AtomicBool::new(false),
             state: Mutex::new(CommTunerState::new()),
@@ -136,29 +133,28 @@ impl CommTuner {
     }
 }
 
-/// Every communicator handle seen, for the whole run (a handle's slot is reset, not removed,
-/// when the communicator is freed): no limit that could make one rank behave differently.
-static COMMS: LazyLock<DashMap<usize, &'static CommTuner, FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
-
-/// The slot of `comm`.
+/// The tuner's state of `comm`, made at its first tuned call.
 pub fn comm_tuner(comm: MPI_Comm) -> &'static CommTuner {
-    *COMMS
-        .entry(comm.bits())
-        .or_insert_with(|| Box::leak(Box::new(CommTuner::new())))
+    let record = comms::of(comm);
+    let state: &'static (dyn Any + Send + Sync) = *record
+        .tuner
+        .get_or_init(|| Box::leak(Box::new(CommTuner::new(record))));
+    state
+        .downcast_ref()
+        .expect("a communicator's tuner slot holds the tuner's state only")
 }
 
-/// The application freed a communicator: its handle may come back for another one.
+/// The application freed a communicator (`comms` hook): its handle may come back for another one.
 pub fn forget(bits: usize) {
-    if let Some(slot) = COMMS.get(&bits).map(|s| *s) {
-        let mut comm = lock(&slot.state);
-        *comm = CommTunerState::new();
-        slot.instance.store(0, Ordering::Relaxed);
-        slot.next_check.store(MIN_INTERVAL, Ordering::Relaxed);
-        slot.searching.store(false, Ordering::Relaxed);
-        slot.epoch
-            .store(EPOCHS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-    }
+    let Some(tuner) = comms::of_bits(bits)
+        .and_then(|record| record.tuner.get())
+        .and_then(|state| state.downcast_ref::<CommTuner>())
+    else {
+        return;
+    };
+    *lock(&tuner.state) = CommTunerState::new();
+    tuner.next_check.store(MIN_INTERVAL, Ordering::Relaxed);
+    tuner.searching.store(false, Ordering::Relaxed);
 }
 
 /// How a key reaches its tuner: its communicator's slot, and the tuner it was linked to (valid

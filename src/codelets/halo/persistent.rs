@@ -18,6 +18,7 @@ use rustc_hash::FxBuildHasher;
 
 use super::HaloCodelet;
 use super::HaloRequirement::{IntCount, NotInFlight, PostedBefore, RealPeer};
+use crate::comms;
 use crate::mpi::requests::Persistent;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 
@@ -201,7 +202,7 @@ pub fn begin(reserved: Reserved) -> Option<MPI_Request> {
 /// (not when the table is full, or MPI refused the watch).
 fn remember(call: &PointToPoint, message: Message) {
     if REMEMBERED.load(Ordering::Relaxed) >= MAX_MESSAGES
-        || mpi::watch(call.comm, comm_freed).is_err()
+        || !comms::of(call.comm).is_watched()
         || mpi::watch_datatype(call.datatype, datatype_freed).is_err()
     {
         return;
@@ -272,7 +273,8 @@ pub fn freed_by_application(request: usize) {
     }
 }
 
-fn comm_freed(comm: usize) {
+/// The application freed a communicator (`comms` hook).
+pub fn comm_freed(comm: usize) {
     forget(|m| m.comm == comm);
 }
 
