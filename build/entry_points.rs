@@ -1,7 +1,7 @@
 //! Generates the C wrappers of every MPI entry point the shim does not define by hand, from the
 //! flavour's own mpi.h: each posts the halo operations commtune deferred (if any), then calls
-//! PMPI. Deferral is only safe if no MPI call can block while operations wait (DESIGN invariant
-//! 4), so the list is the whole API as the header declares it, never a hand-kept one.
+//! PMPI. Deferral is only safe if no MPI call can block while operations wait (ARCHITECTURE.md,
+//! invariant 4), so the list is the whole API as the header declares it, never a hand-kept one.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;

@@ -1,7 +1,7 @@
 //! commtune: a preload library that sees MPI collectives and halo exchanges of unmodified
 //! applications through the MPI profiling interface, measures them per call site, tunes the
-//! repeating collectives online and reports where communication time goes (see DESIGN.md in the
-//! project's shared notes and LD_PRELOAD.md).
+//! repeating collectives online and reports where communication time goes (see ARCHITECTURE.md
+//! and LD_PRELOAD.md).
 //!
 //! Data flows down once: `shim/` (C entry points) → `interpose` (classify, key, dispatch) →
 //! `tuner` (which codelet runs each call) → `codelets` (the algorithms) → `mpi` (the only raw
@@ -23,8 +23,3 @@ mod say;
 mod site;
 mod sync;
 mod tuner;
-
-#[ctor::ctor(unsafe)]
-fn load() {
-    interpose::load();
-}

@@ -68,7 +68,7 @@ pub fn started() -> Option<&'static Process> {
         let process = Process {
             rank: mpi::comm_rank(world) as u32,
             size: mpi::comm_size(world) as u32,
-            start_ns: mpi::now_ns(),
+            start_ns: clock::monotonic_ns(),
             pid: std::process::id(),
             mpi: mpi::library_version(),
         };

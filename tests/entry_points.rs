@@ -1,6 +1,6 @@
 //! Every C entry point the MPI library exports (with its PMPI twin, so that it can be wrapped) is
 //! exported by the preload library too: all of them post held-back halo operations first, so no
-//! MPI call can block while one waits (DESIGN invariant 4). Checked on the built libraries with
+//! MPI call can block while one waits (ARCHITECTURE.md, invariant 4). Checked on the built libraries with
 //! `nm`, for both flavours.
 
 mod common;

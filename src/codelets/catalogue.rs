@@ -1,7 +1,7 @@
 //! The codelet catalogue as JSON, for `commtune codelets` (the CLI links no MPI, so it loads the
 //! library and asks it: the catalogue has one source, the registries).
 
-use std::ffi::{CString, c_char};
+use std::ffi::{CStr, CString};
 use std::sync::LazyLock;
 
 use serde_json::{Value, json};
@@ -55,8 +55,7 @@ static CATALOGUE: LazyLock<CString> = LazyLock::new(|| {
     CString::new(all.to_string()).unwrap_or_default()
 });
 
-/// The catalogue as a NUL-terminated JSON string owned by the library.
-#[unsafe(no_mangle)]
-pub extern "C" fn commtune_catalogue() -> *const c_char {
-    CATALOGUE.as_ptr()
+/// The catalogue as JSON.
+pub fn json() -> &'static CStr {
+    &CATALOGUE
 }

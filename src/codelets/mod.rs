@@ -6,7 +6,7 @@
 pub mod allgatherv;
 pub mod allreduce;
 pub mod alltoall;
-mod catalogue;
+pub mod catalogue;
 pub mod halo;
 
 use std::ffi::c_int;
@@ -22,7 +22,7 @@ use crate::mpi::{Comm, MPI_Comm};
 /// Every requirement is decided by facts the MPI standard requires to be the same on every rank
 /// of the communicator (operation, communicator size, the bytes a call moves), so all
 /// ranks reach the same verdict and a codelet never runs on some ranks and native on others
-/// (DESIGN invariant 2). Datatype layouts may differ between ranks, so no requirement looks at
+/// (ARCHITECTURE.md, invariant 2). Datatype layouts may differ between ranks, so no requirement looks at
 /// them: every codelet handles derived datatypes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Requirement {

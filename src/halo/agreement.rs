@@ -125,7 +125,10 @@ fn forced() -> bool {
 pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>, &'static str> {
     let real: Vec<Expected> = ops.filter(|o| o.peer != mpi::proc_null()).collect();
     let first = real.first().ok_or("every message goes to MPI_PROC_NULL")?;
-    if real.iter().any(|o| o.comm.bits() != first.comm.bits()) {
+    if real
+        .iter()
+        .any(|o| o.comm.get().bits() != first.comm.get().bits())
+    {
         return Err("its messages use several communicators");
     }
     if real
@@ -137,7 +140,7 @@ pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>,
     if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
         return Err("a count does not fit an int");
     }
-    if mpi::is_intercomm(first.comm) {
+    if mpi::is_intercomm(first.comm.get()) {
         return Err("its communicator is an intercommunicator");
     }
     Ok(real)
@@ -159,7 +162,7 @@ pub fn closed(
         return;
     }
     let mut real = ops.filter(|o| o.peer != mpi::proc_null()).peekable();
-    let Some(comm) = real.peek().map(|o| o.comm) else {
+    let Some(comm) = real.peek().map(|o| o.comm.get()) else {
         return;
     };
     let mut c = communicator(comm);
@@ -467,7 +470,7 @@ fn build(
     if let Err(why) = all_ok(private, counted, PEERS_DIFFER)? {
         return Ok(Err(why));
     }
-    let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype);
+    let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype.get());
     let mut lists: HashMap<c_int, Vec<i64>> = HashMap::new();
     for m in messages.iter().filter(|m| m.kind == PointToPointKind::Send) {
         lists

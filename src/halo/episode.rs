@@ -24,7 +24,7 @@ use crate::codelets::halo::{CODELETS, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT,
 use crate::config::Mode;
 use crate::keys::{self, CallKey, Description, Entry, Measured};
 use crate::mpi::datatype::Layout;
-use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
+use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind, Shared};
 use crate::site::SiteRef;
 use crate::{clock, runtime};
 
@@ -219,8 +219,8 @@ impl Posted {
             peer: self.peer,
             tag: self.tag,
             count: self.count,
-            datatype: self.datatype,
-            comm: self.comm,
+            datatype: Shared::new(self.datatype),
+            comm: Shared::new(self.comm),
         }
     }
 }

@@ -24,8 +24,7 @@ use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Request, MPI_Status, PointToPoi
 /// Every MPI entry point comes here first while `commtune_deferred_pending` is nonzero (the
 /// generated C wrappers of build/entry_points.rs, and `post_deferred`): another MPI call than the
 /// posts of an episode, so held operations are posted before it can block.
-#[unsafe(no_mangle)]
-pub extern "C" fn commtune_post_deferred() {
+pub fn post_deferred_now() {
     episode::interrupted();
     neighbor::flush();
     deferred::post_listed();
@@ -35,7 +34,7 @@ pub extern "C" fn commtune_post_deferred() {
 #[inline]
 pub fn post_deferred() {
     if commtune_deferred_pending.load(Ordering::Acquire) != 0 {
-        commtune_post_deferred();
+        post_deferred_now();
     }
 }
 

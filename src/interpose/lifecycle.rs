@@ -12,9 +12,10 @@ use crate::mpi::{HandleBits, MPI_Comm, MPI_Op};
 use crate::say::say;
 use crate::{codelets, comms, config, halo, mpi, report, runtime, tuner};
 
-/// Called by the library constructor, in every process the library is loaded into (launchers
-/// and proxies too, which never initialise MPI).
-pub fn load() {
+/// The library constructor: runs in every process the library is loaded into (launchers and
+/// proxies too, which never initialise MPI).
+#[ctor::ctor(unsafe)]
+fn load() {
     mpi::refuse_other_mpi();
     let (config, problems) = config::parse(std::env::vars_os(), codelets::names);
     runtime::set_config(config, problems);

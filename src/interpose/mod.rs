@@ -4,9 +4,8 @@
 
 mod collectives;
 mod completion;
+mod exports;
 mod lifecycle;
-
-pub use lifecycle::load;
 
 use std::ffi::c_int;
 

@@ -1,7 +1,7 @@
 //! Communication on a private communicator: what codelets are built from.
 //!
 //! Every codelet message uses its operation's tag on the private duplicate of the application's
-//! communicator (DESIGN invariant 3), so no application receive can match it.
+//! communicator (ARCHITECTURE.md, invariant 3), so no application receive can match it.
 
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};

@@ -51,8 +51,6 @@ unsafe impl Sync for Constants {}
 
 unsafe extern "C" {
     static commtune_mpi_constants: Constants;
-    fn commtune_locate(addr: *const c_void, object: *mut *const c_char, link: *mut usize) -> c_int;
-    fn commtune_backtrace(frames: *mut *mut c_void, max: c_int) -> c_int;
 }
 
 pub fn constants() -> &'static Constants {
@@ -81,6 +79,27 @@ macro_rules! handle_bits {
     )*};
 }
 handle_bits!(MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request);
+
+/// A handle inside a structure that threads share. Open MPI's handles are pointers, which Rust
+/// does not let cross threads by itself.
+#[derive(Clone, Copy)]
+pub struct Shared<H>(H);
+
+// SAFETY: an MPI handle names an object of the library that any thread may use
+// (MPI_THREAD_MULTIPLE); the pointer is never dereferenced on this side.
+unsafe impl<H: HandleBits> Send for Shared<H> {}
+// SAFETY: as above.
+unsafe impl<H: HandleBits> Sync for Shared<H> {}
+
+impl<H: HandleBits> Shared<H> {
+    pub fn new(handle: H) -> Self {
+        Shared(handle)
+    }
+
+    pub fn get(self) -> H {
+        self.0
+    }
+}
 
 pub fn comm_world() -> MPI_Comm {
     // SAFETY: reading a constant exported by mpi-sys.
@@ -376,39 +395,4 @@ pub fn gather_bytes(comm: MPI_Comm, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
             .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
             .collect(),
     )
-}
-
-/// The object containing `addr` and the address it has in that object's own address space.
-pub fn locate(addr: usize) -> Option<(String, u64)> {
-    let mut object: *const c_char = std::ptr::null();
-    let mut link = 0usize;
-    // SAFETY: dladdr1 on any address is safe; it writes the two out-parameters on success.
-    let found = unsafe { commtune_locate(addr as *const c_void, &mut object, &mut link) };
-    if found == 0 || object.is_null() {
-        return None;
-    }
-    // SAFETY: dladdr returns a NUL-terminated path owned by the dynamic linker.
-    let path = unsafe { CStr::from_ptr(object) }
-        .to_string_lossy()
-        .into_owned();
-    Some((path, link as u64))
-}
-
-/// Return addresses of the calling thread's stack, innermost first.
-pub fn backtrace(frames: &mut [usize]) -> &[usize] {
-    let max = c_int::try_from(frames.len()).unwrap_or(c_int::MAX);
-    // SAFETY: glibc writes at most `max` pointers into the slice.
-    let n = unsafe { commtune_backtrace(frames.as_mut_ptr().cast(), max) };
-    &frames[..n.max(0) as usize]
-}
-
-/// Wall-clock time in nanoseconds from an arbitrary origin (CLOCK_MONOTONIC, vDSO).
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

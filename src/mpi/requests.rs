@@ -55,7 +55,8 @@ pub fn empty_status() -> MPI_Status {
     unsafe { std::mem::zeroed() }
 }
 
-/// A request the application gave up (MPI_Request_free) that the library completes itself.
+/// A request the library completes itself, from whichever thread gets there first: one the
+/// application gave up (MPI_Request_free), or one carrying held posts.
 pub struct Pending(MPI_Request);
 
 // SAFETY: as for `Persistent`.
@@ -68,7 +69,12 @@ impl Pending {
 
     /// Whether it has completed: tests it, or with `wait` waits for it.
     pub fn done(&mut self, wait: bool) -> bool {
-        finish(&mut self.0, wait).is_some()
+        self.finish(wait).is_some()
+    }
+
+    /// As `finish`: MPI's code and the status once complete.
+    pub fn finish(&mut self, wait: bool) -> Option<(c_int, MPI_Status)> {
+        finish(&mut self.0, wait)
     }
 }
 

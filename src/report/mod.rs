@@ -23,7 +23,7 @@ fn rank_data(process: &Process) -> RankData {
     RankData {
         rank: process.rank,
         host: host_name(),
-        run_ns: mpi::now_ns().saturating_sub(process.start_ns),
+        run_ns: clock::monotonic_ns().saturating_sub(process.start_ns),
         keys: keys::entries()
             .into_iter()
             .map(|entry| {
@@ -47,16 +47,12 @@ fn tuning(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData>
     }
 }
 
-/// This machine's host name (empty if it has none).
+/// This machine's host name (empty if it has none): the kernel's, of this process's UTS
+/// namespace, as gethostname(2) reads it.
 fn host_name() -> String {
-    let mut buffer = [0u8; 256];
-    // SAFETY: the buffer is writable for its length; gethostname writes at most that much.
-    let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    String::from_utf8_lossy(&buffer[..end]).into_owned()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 /// Every rank's data as it arrived on rank 0, to publish once MPI is finalized.

@@ -6,6 +6,7 @@
 //! first frame outside such libraries; for mpi4py the Python frame gives file and line.
 //! Symbolization to `file:line (function)` happens once, at report time (see `symbolize`).
 
+mod frames;
 mod python;
 mod symbolize;
 
@@ -15,8 +16,6 @@ use std::sync::LazyLock;
 use commtune_report::SiteData;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
-
-use crate::mpi;
 
 pub use symbolize::Symbolizer;
 
@@ -59,7 +58,7 @@ fn kind_of(addr: usize) -> ObjectKind {
     if let Some(kind) = KINDS.get(&addr) {
         return *kind;
     }
-    let kind = match mpi::locate(addr) {
+    let kind = match frames::locate(addr) {
         Some((object, _)) if object.contains("/mpi4py/") => ObjectKind::Python,
         Some((object, _)) => {
             let name = file_name(&object);
@@ -87,7 +86,7 @@ pub fn classify(ra: usize) -> Caller {
 /// Costs a stack walk (a few microseconds), which is why only binding calls pay it.
 pub fn application_site(ra: usize) -> SiteRef {
     let mut buf = [0usize; 48];
-    let frames = mpi::backtrace(&mut buf);
+    let frames = frames::backtrace(&mut buf);
     let Some(start) = frames.iter().position(|&f| f == ra) else {
         return ra;
     };
@@ -106,7 +105,7 @@ pub fn describe(site: SiteRef) -> SiteData {
     if let Some(py) = python::describe(site) {
         return py;
     }
-    match mpi::locate(site) {
+    match frames::locate(site) {
         Some((object, address)) => SiteData {
             id: site_id(file_name(&object), address),
             // The main program's path is as it was started (often relative): rank 0 may

@@ -1,7 +1,7 @@
 //! The online tuner (COMMTUNE_MODE=tune): for each repeating collective key it finds the fastest
 //! applicable codelet while the application runs and uses it from then on.
 //!
-//! Every rank must run the same codelet for the same instance of a collective (DESIGN
+//! Every rank must run the same codelet for the same instance of a collective (ARCHITECTURE.md,
 //! invariant 2). The MPI standard makes all ranks call the collectives of a communicator in the
 //! same order, so each rank counts them (`CommTunerState::instance`) and gets the same count. Every
 //! decision is taken at an instance index all ranks compute alike, from one reduction on the

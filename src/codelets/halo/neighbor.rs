@@ -22,10 +22,10 @@ use super::HaloRequirement::{
 };
 use super::{HaloCodelet, deferred};
 use crate::mpi::neighbor::{Arrays, Block, Generalized, Graph, Reported};
-use crate::mpi::requests::finish;
+use crate::mpi::requests::Pending;
 use crate::mpi::{
     self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
-    PointToPointKind,
+    PointToPointKind, Shared,
 };
 
 pub const CODELET: HaloCodelet = HaloCodelet {
@@ -49,8 +49,8 @@ pub struct Expected {
     pub peer: c_int,
     pub tag: c_int,
     pub count: i64,
-    pub datatype: MPI_Datatype,
-    pub comm: MPI_Comm,
+    pub datatype: Shared<MPI_Datatype>,
+    pub comm: Shared<MPI_Comm>,
 }
 
 impl Expected {
@@ -59,15 +59,10 @@ impl Expected {
             && self.peer == call.peer
             && self.tag == call.tag
             && self.count == call.count
-            && self.datatype.bits() == call.datatype.bits()
-            && self.comm.bits() == call.comm.bits()
+            && self.datatype.get().bits() == call.datatype.bits()
+            && self.comm.get().bits() == call.comm.bits()
     }
 }
-
-// SAFETY: MPI handles may be used from any thread (MPI_THREAD_MULTIPLE).
-unsafe impl Send for Expected {}
-// SAFETY: as above.
-unsafe impl Sync for Expected {}
 
 /// An agreed episode: its messages (not those to MPI_PROC_NULL) and the graph that carries them.
 pub struct Schedule {
@@ -92,7 +87,7 @@ impl Schedule {
 
     /// The communicator the messages belong to.
     pub fn comm(&self) -> Option<MPI_Comm> {
-        self.messages.first().map(|m| m.comm)
+        self.messages.first().map(|m| m.comm.get())
     }
 
     /// The graph communicator (freed with the application's communicator).
@@ -114,7 +109,7 @@ pub type Broken = Box<dyn FnOnce(&'static str)>;
 
 /// A request of the library's whose completion completes the application's requests.
 struct Carrier {
-    request: MPI_Request,
+    request: Pending,
     /// The collective's argument arrays, which MPI reads until it completes.
     _arrays: Option<Arrays>,
     members: Vec<Generalized>,
@@ -122,9 +117,6 @@ struct Carrier {
     /// posted with).
     native: bool,
 }
-
-// SAFETY: request handles may be completed from any thread (MPI_THREAD_MULTIPLE).
-unsafe impl Send for Carrier {}
 
 thread_local! {
     static HOLDING: RefCell<Option<Holding>> = const { RefCell::new(None) };
@@ -207,7 +199,7 @@ fn start(h: Holding) {
     }
     match s.graph.ineighbor_alltoallw(&sends, &recvs) {
         Ok((request, arrays)) => carry(Carrier {
-            request,
+            request: Pending::new(request),
             _arrays: Some(arrays),
             members: h.posted.into_iter().map(|(_, g)| g).collect(),
             native: false,
@@ -233,7 +225,7 @@ fn break_off(h: Holding, why: &'static str) {
         let mut request = mpi::request_null();
         match call.native(&mut request) {
             mpi::SUCCESS => carry(Carrier {
-                request,
+                request: Pending::new(request),
                 _arrays: None,
                 members: vec![generalized],
                 native: true,
@@ -294,7 +286,7 @@ pub fn progress(requests: &[MPI_Request], wait: bool) {
         for mut c in carriers.drain(..) {
             if wait && !c.native && c.carries_any(&asked) {
                 waited.push(c);
-            } else if let Some((rc, status)) = finish(&mut c.request, false) {
+            } else if let Some((rc, status)) = c.request.finish(false) {
                 complete(c, rc, &status);
             } else {
                 kept.push(c);
@@ -305,7 +297,7 @@ pub fn progress(requests: &[MPI_Request], wait: bool) {
     };
     // Outside the lock: another thread may progress its own collectives meanwhile.
     for mut c in waited {
-        match finish(&mut c.request, true) {
+        match c.request.finish(true) {
             Some((rc, status)) => complete(c, rc, &status),
             None => carry(c),
         }
