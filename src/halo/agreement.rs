@@ -18,7 +18,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::hash::BuildHasher;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use commtune_report::Op;
@@ -100,20 +100,29 @@ static USES: LazyLock<DashMap<usize, AgreedEpisode, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
 /// Whether ranks may agree on `neighbor` (the same on every rank: it depends on the knobs and on
-/// which MPI libraries are loaded).
+/// which MPI libraries are loaded). Asked at every collective, so a plain load once known.
 #[inline]
 pub fn may_agree() -> bool {
-    static ENABLED: LazyLock<bool> = LazyLock::new(|| {
-        let config = runtime::config();
-        let forced = config.forced(Op::Halo);
-        let asked = forced == Some(NEIGHBOR)
-            || (config.mode == Mode::Tune
-                && forced.is_none()
-                && config.halo_neighbor
-                && !config.excluded(Op::Halo, NEIGHBOR));
-        asked && mpi::sees_every_call()
-    });
-    *ENABLED
+    const UNKNOWN: u8 = 0;
+    const NO: u8 = 1;
+    const YES: u8 = 2;
+    static KNOWN: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match KNOWN.load(Ordering::Relaxed) {
+        NO => false,
+        YES => true,
+        _ => {
+            let config = runtime::config();
+            let forced = config.forced(Op::Halo);
+            let asked = forced == Some(NEIGHBOR)
+                || (config.mode == Mode::Tune
+                    && forced.is_none()
+                    && config.halo_neighbor
+                    && !config.excluded(Op::Halo, NEIGHBOR));
+            let may = asked && mpi::sees_every_call();
+            KNOWN.store(if may { YES } else { NO }, Ordering::Relaxed);
+            may
+        }
+    }
 }
 
 fn forced() -> bool {

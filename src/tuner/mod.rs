@@ -48,9 +48,6 @@ use crate::{clock, runtime};
 
 /// Production calls timed for the report: one in this many.
 const SAMPLE_EVERY: u64 = 8;
-/// The drift watch times every one of the last calls before a drift check (never more than half
-/// of the interval): a median of so many calls is steady on a noisy machine.
-const DRIFT_WINDOW: u64 = 16;
 /// Drift windows in a row beyond the threshold before a search reopens.
 const DRIFT_STRIKES: u32 = 2;
 /// Searches a key may reopen at most: drift cannot make the tuner thrash.
@@ -116,11 +113,10 @@ struct SlowCall<'c, C> {
     k: u64,
 }
 
-/// How call `k` of a settled key is measured, with its next drift check at call `drift_at`:
-/// the window before the check is timed whole, otherwise one call in eight.
-fn sampled(k: u64, drift_at: u64) -> Measure {
-    let interval = runtime::config().tuning.drift_interval;
-    if k + DRIFT_WINDOW.min(interval / 2) >= drift_at {
+/// How call `k` of a settled key is measured, with the window before its next drift check
+/// starting at call `window_at`: the window is timed whole, otherwise one call in eight.
+fn sampled(k: u64, window_at: u64) -> Measure {
+    if k >= window_at {
         Measure::Window
     } else if k % SAMPLE_EVERY == 1 {
         // The first call too: a key called fewer than eight times still has a time.
@@ -156,7 +152,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
         Step {
             codelet: settled as usize - 1,
             barrier: None,
-            measure: sampled(k, drift_at),
+            measure: sampled(k, tuner.window_at.load(Ordering::Relaxed)),
         }
     } else {
         slow_step(&SlowCall {
@@ -300,14 +296,14 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     {
         return step;
     }
-    let drift_at = tuner.drift_at.load(Ordering::Relaxed);
+    let window_at = tuner.window_at.load(Ordering::Relaxed);
     match &key.phase {
         Phase::Production(p) => Step {
             codelet: p.winner,
             barrier: None,
-            measure: sampled(k, drift_at),
+            measure: sampled(k, window_at),
         },
-        Phase::Untuned => Step::native(sampled(k, drift_at)),
+        Phase::Untuned => Step::native(sampled(k, window_at)),
         _ => Step::native(Measure::Timed),
     }
 }
@@ -323,9 +319,7 @@ fn drift_check<C: Operation>(
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    at.tuner
-        .drift_at
-        .store(at.k + settings.drift_interval, Ordering::Relaxed);
+    at.tuner.check_drift_at(at.k + settings.drift_interval);
     let ratio = drift_ratio(p);
     let mean = consensus::drift(&comm.private?, ratio).ok()?;
     if mean > 1.0 + settings.drift_threshold {

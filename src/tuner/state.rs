@@ -27,6 +27,9 @@ use crate::sync::{LeakedCell, lock};
 /// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
 pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
+/// The drift watch times every one of the last calls before a drift check (never more than half
+/// of the interval): a median of so many calls is steady on a noisy machine.
+const DRIFT_WINDOW: u64 = 16;
 
 /// The tuner's state of one communicator (kept in its `comms` record; the record's epoch changes
 /// when the application frees the communicator, so a handle value reused for another
@@ -181,6 +184,8 @@ pub struct Tuner {
     pub settled: AtomicU64,
     /// The call number of the next drift check (u64::MAX: none).
     pub drift_at: AtomicU64,
+    /// The first call of the window timed whole before that check (u64::MAX: none).
+    pub window_at: AtomicU64,
     pub state: Mutex<TunerState>,
 }
 
@@ -191,6 +196,7 @@ impl Tuner {
             instances: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             drift_at: AtomicU64::new(u64::MAX),
+            window_at: AtomicU64::new(u64::MAX),
             state: Mutex::new(TunerState::default()),
         }
     }
@@ -199,13 +205,26 @@ impl Tuner {
     pub fn settle(&self, key: &mut TunerState, codelet: usize, phase: Phase, drift_at: u64) {
         key.phase = phase;
         self.settled.store(codelet as u64 + 1, Ordering::Relaxed);
-        self.drift_at.store(drift_at, Ordering::Relaxed);
+        self.check_drift_at(drift_at);
+    }
+
+    /// The next drift check is at call `k` (u64::MAX: none); the calls of the window before it
+    /// are timed whole.
+    pub fn check_drift_at(&self, k: u64) {
+        let window = DRIFT_WINDOW.min(runtime::config().tuning.drift_interval / 2);
+        self.drift_at.store(k, Ordering::Relaxed);
+        let window_at = if k == u64::MAX {
+            k
+        } else {
+            k.saturating_sub(window)
+        };
+        self.window_at.store(window_at, Ordering::Relaxed);
     }
 
     /// Back to the slow path (a search starts).
     pub fn unsettle(&self) {
         self.settled.store(0, Ordering::Relaxed);
-        self.drift_at.store(u64::MAX, Ordering::Relaxed);
+        self.check_drift_at(u64::MAX);
     }
 
     /// The key's tuning as the report shows it (`names`: the operation's codelets; durations
