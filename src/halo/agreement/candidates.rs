@@ -1,0 +1,83 @@
+//! Each rank's candidates: the episodes of a communicator that closed steadily and whose
+//! messages may travel as one neighbourhood collective.
+
+use std::ffi::c_int;
+use std::hash::BuildHasher;
+
+use rustc_hash::FxBuildHasher;
+
+use super::{Candidate, communicator, may_agree};
+use crate::codelets::halo::neighbor::Expected;
+use crate::keys::Entry;
+use crate::mpi::{self, HandleBits};
+
+/// Why an episode's messages (`ops`, in posting order) cannot travel as one neighbourhood
+/// collective, or the messages to post as one (those to MPI_PROC_NULL go as they are).
+pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>, &'static str> {
+    let real: Vec<Expected> = ops.filter(|o| o.peer != mpi::proc_null()).collect();
+    let first = real.first().ok_or("every message goes to MPI_PROC_NULL")?;
+    if real
+        .iter()
+        .any(|o| o.comm.get().bits() != first.comm.get().bits())
+    {
+        return Err("its messages use several communicators");
+    }
+    if real
+        .iter()
+        .any(|o| o.peer == mpi::any_source() || o.tag == mpi::any_tag())
+    {
+        return Err("a receive names MPI_ANY_SOURCE or MPI_ANY_TAG");
+    }
+    if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
+        return Err("a count does not fit an int");
+    }
+    if mpi::is_intercomm(first.comm.get()) {
+        return Err("its communicator is an intercommunicator");
+    }
+    Ok(real)
+}
+
+/// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
+/// Only instances whose first post predicted them count as steady: a rank decides at the first
+/// post whether an instance runs the collective. Nor do instances with another MPI call between
+/// their posts (not `posted_alone`): there a rank would break the agreement while its peers wait
+/// in the collective. The messages are checked and kept only when the candidate changes, not at
+/// every instance.
+pub fn closed(
+    entry: &'static Entry,
+    predicted: bool,
+    posted_alone: bool,
+    ops: impl Iterator<Item = Expected>,
+) {
+    if !may_agree() {
+        return;
+    }
+    let mut real = ops.filter(|o| o.peer != mpi::proc_null()).peekable();
+    let Some(comm) = real.peek().map(|o| o.comm.get()) else {
+        return;
+    };
+    let mut c = communicator(comm);
+    let site = entry.site.id;
+    c.latest = Some(site);
+    if let Some(k) = c.candidates.get_mut(&site)
+        && std::ptr::eq(k.entry, entry)
+        && predicted
+    {
+        k.steady = if posted_alone { k.steady + 1 } else { 0 };
+        return;
+    }
+    match eligibility(real) {
+        Ok(messages) => {
+            let candidate = Candidate {
+                entry,
+                identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
+                steady: u64::from(posted_alone),
+                messages,
+            };
+            c.candidates.insert(site, candidate);
+        }
+        Err(_) => {
+            c.candidates.remove(&site);
+        }
+    }
+}

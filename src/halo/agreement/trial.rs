@@ -1,0 +1,129 @@
+//! The trial of an agreed episode: which instances run the collective, their samples, a rank
+//! that breaks the agreement, and the decision from the slowest rank's estimates.
+
+use std::sync::Arc;
+
+use commtune_tune::stats;
+
+use super::proposal::{collective_number, next_instance};
+use super::{Episodes, Phase, USES, may_agree, state};
+use crate::codelets::halo::neighbor::Schedule;
+use crate::keys::Entry;
+use crate::mpi::{self, Comm};
+use crate::{clock, runtime};
+
+/// The schedule the next instance of `entry` runs, if the ranks agreed to run it as a collective.
+pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
+    if !may_agree() {
+        return None;
+    }
+    let u = USES.get(&entry.id())?;
+    let instance = entry.calls() + 1;
+    let collective = if instance < u.from {
+        false
+    } else if instance < u.decided_from {
+        ((instance - u.from) / 2).is_multiple_of(2)
+    } else {
+        u.phase == Phase::Chosen
+    };
+    (collective && !u.broken && !u.freed).then(|| u.schedule.clone())
+}
+
+/// A sample of the instance of `entry` that just completed, which ran the collective or not.
+pub fn sample(entry: &Entry, collective: bool, ticks: u64) {
+    if !may_agree() {
+        return;
+    }
+    let instance = entry.calls();
+    if let Some(mut u) = USES.get_mut(&entry.id())
+        && (u.from..u.decided_from).contains(&instance)
+    {
+        let samples = if collective {
+            &mut u.samples
+        } else {
+            &mut u.own_samples
+        };
+        samples.push(ticks as f64);
+    }
+}
+
+/// This rank could not run an agreed instance of `entry`.
+pub fn broken(entry: &Entry, why: &str) {
+    if let Some(mut u) = USES.get_mut(&entry.id())
+        && !u.broken
+    {
+        u.broken = true;
+        entry.note(format!(
+            "halo codelet neighbor: this rank broke the agreement at instance {} ({why}); its \
+             messages went natively, and peers waiting in the collective may hang",
+            entry.calls() + 1
+        ));
+    }
+}
+
+/// Ends the trial of `entry` once every rank has its samples: the slowest rank's estimates
+/// decide, the same everywhere.
+pub(super) fn evaluate(
+    bits: usize,
+    entry: &'static Entry,
+    private: &Comm,
+    episodes: Episodes,
+) -> mpi::datatype::MpiResult {
+    let config = runtime::config();
+    // Every rank agreed to this trial, so each has its record; a missing one counts as broken
+    // rather than leaving the reduction below to the others.
+    let estimate = |samples: &[f64]| {
+        stats::estimate(config.tuning.filter, samples).map_or(0.0, |e| e.location)
+    };
+    let (fewest, neighbor, own, broken) = USES.get(&entry.id()).map_or((0, 0.0, 0.0, true), |u| {
+        let fewest = u.samples.len().min(u.own_samples.len());
+        (
+            fewest,
+            estimate(&u.samples),
+            estimate(&u.own_samples),
+            u.broken,
+        )
+    });
+    let mut values = [
+        -(fewest as f64),
+        neighbor,
+        own,
+        f64::from(u8::from(broken)),
+        next_instance(entry, episodes) as f64,
+    ];
+    private.allreduce_max_f64(&mut values)?;
+    let enough = -values[0] >= f64::from(config.tuning.samples);
+    if !enough && values[3] == 0.0 {
+        return Ok(());
+    }
+    let kept = values[3] == 0.0 && values[1] < values[2] * (1.0 - config.tuning.min_gain);
+    if let Some(mut u) = USES.get_mut(&entry.id()) {
+        u.phase = if kept { Phase::Chosen } else { Phase::Rejected };
+        u.decided_from = values[4] as u64;
+    }
+    let us = clock::ns_per_tick() / 1e3;
+    entry.note(format!(
+        "halo codelet neighbor {} at collective call {}: {:.1} us against {:.1} us for the \
+         ranks' own codelets in the alternate instances (the slowest rank's estimates){}",
+        if kept { "kept" } else { "dropped" },
+        collective_number(bits),
+        values[1] * us,
+        values[2] * us,
+        if values[3] != 0.0 {
+            "; a rank broke the agreement"
+        } else {
+            ""
+        }
+    ));
+    if let Some(mut c) = state(bits) {
+        c.trial = None;
+        c.settled = true;
+    }
+    Ok(())
+}
+
+/// Whether `entry` runs the collective for good (the report names it the winner).
+pub fn chosen(entry: &Entry) -> bool {
+    USES.get(&entry.id())
+        .is_some_and(|u| u.phase == Phase::Chosen && !u.broken)
+}
