@@ -19,6 +19,8 @@
 //! calling it in step.
 
 mod consensus;
+mod drift;
+mod search;
 mod state;
 
 use std::any::Any;
@@ -26,37 +28,25 @@ use std::ffi::c_int;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
-pub use self::state::forget as comm_freed;
-use self::state::{
-    CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState,
-    TunerState, comm_tuner,
-};
-use self::state::{Linked, Tuner, TunerLink};
 use commtune_report::TuningData;
-use commtune_tune::stats::Samples;
+use commtune_tune::Timing;
 use commtune_tune::timeline::Mark;
-use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Key, Measured};
 use crate::mpi::{self, Comm};
-use crate::say::say;
 use crate::sync::lock;
 use crate::{clock, runtime};
 
+use self::drift::drift_check;
+use self::search::{checkpoint, end_stalled_search, search_step};
+pub use self::state::forget as comm_freed;
+use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
+
 /// Production calls timed for the report: one in this many.
 const SAMPLE_EVERY: u64 = 8;
-/// Drift windows in a row beyond the threshold before a search reopens.
-const DRIFT_STRIKES: u32 = 2;
-/// Searches a key may reopen at most: drift cannot make the tuner thrash.
-const MAX_REOPEN: u32 = 3;
-/// Checkpoints finding different keys on different ranks before a key is given up.
-const MAX_DISAGREEMENTS: u32 = 2;
-/// A search whose key is not called for this many instances of its communicator ends with the
-/// best codelet so far, so that the communicator's other keys get their turn.
-const STALL: u64 = 4096;
 
 /// What to run for one call and how to measure it.
 struct Step {
@@ -306,309 +296,4 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
         Phase::Untuned => Step::native(sampled(k, window_at)),
         _ => Step::native(Measure::Timed),
     }
-}
-
-/// A drift check of a key in production (every rank is at the same call of it). Returns the
-/// search step when the search reopens.
-fn drift_check<C: Operation>(
-    at: &SlowCall<C>,
-    comm: &mut CommTunerState,
-    key: &mut TunerState,
-) -> Option<Step> {
-    let settings = runtime::config().tuning;
-    let Phase::Production(p) = &mut key.phase else {
-        return None;
-    };
-    at.tuner.check_drift_at(at.k + settings.drift_interval);
-    let ratio = drift_ratio(p);
-    let mean = consensus::drift(&comm.private?, ratio).ok()?;
-    if mean > 1.0 + settings.drift_threshold {
-        p.strikes += 1;
-    } else {
-        p.strikes = 0;
-    }
-    trace(at.entry, || {
-        format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
-    });
-    let reopen = p.strikes >= DRIFT_STRIKES && key.reopened < MAX_REOPEN;
-    key.timeline.push(Mark::Drift {
-        call: at.k,
-        ratio: mean,
-        reopened: reopen,
-    });
-    if !reopen {
-        return None;
-    }
-    key.reopened += 1;
-    start_search(at, comm, key).then(|| search_step(at, comm, key))
-}
-
-/// The window's median over the baseline (the first window's median).
-fn drift_ratio(p: &mut Production) -> f64 {
-    let mut window = std::mem::take(&mut p.window);
-    if window.is_empty() {
-        return 1.0;
-    }
-    window.sort_unstable();
-    let median = window[window.len() / 2] as f64;
-    match p.baseline {
-        Some(base) if base > 0.0 => median / base,
-        _ => {
-            p.baseline = Some(median);
-            1.0
-        }
-    }
-}
-
-/// A checkpoint: every rank is at communicator instance `n`.
-fn checkpoint<C: Operation>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerState) {
-    let settings = runtime::config().tuning;
-    let private = match comm.private {
-        Some(p) => p,
-        None => match at.slot.record.private(at.call.comm()) {
-            Ok(p) => *comm.private.insert(p),
-            Err(_) => return at.slot.disable(comm),
-        },
-    };
-    let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
-    match consensus::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
-        Ok(consensus::Checkpoint::Agreed) => {
-            comm.interval = MIN_INTERVAL;
-            start_search(at, comm, key);
-        }
-        Ok(consensus::Checkpoint::Disagreed) => {
-            comm.interval = MIN_INTERVAL;
-            key.disagreements += 1;
-            if key.disagreements >= MAX_DISAGREEMENTS {
-                key.reason = Some(
-                    "ranks reach this call from different call sites or with different signatures",
-                );
-                at.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
-            }
-        }
-        Ok(consensus::Checkpoint::Partial) => {
-            comm.interval = MIN_INTERVAL;
-            key.partial += 1;
-        }
-        Ok(consensus::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
-        Err(_) => return at.slot.disable(comm),
-    }
-    at.slot.schedule_check(comm, at.n);
-}
-
-/// Starts (or restarts) the search of the key at this call; false when only native can run the
-/// call (the key then settles on native).
-fn start_search<C: Operation>(
-    at: &SlowCall<C>,
-    comm: &mut CommTunerState,
-    key: &mut TunerState,
-) -> bool {
-    let config = runtime::config();
-    let facts = at.call.facts();
-    let candidates: Vec<Candidate> = C::codelets()
-        .iter()
-        .enumerate()
-        .filter(|(i, c)| c.unmet(&facts).is_none() && !config.excluded(C::OP, *i))
-        .map(|(index, c)| Candidate {
-            index,
-            partners: c.attributes.partners,
-            collectives: c.attributes.uses_collectives,
-        })
-        .collect();
-    if candidates.len() <= 1 {
-        key.reason = Some("no codelet but native applies");
-        let production = Phase::Production(Production::new(0));
-        at.tuner.settle(key, 0, production, u64::MAX);
-        return false;
-    }
-    let plan = Plan::new(config.tuning.search, candidates, config.tuning.samples);
-    let schedule = schedule(&plan);
-    key.phase = Phase::Searching(Box::new(SearchState {
-        plan,
-        schedule,
-        position: 0,
-        samples: Samples::default(),
-        spent: Vec::new(),
-        pending: None,
-    }));
-    key.reason = None;
-    key.searches += 1;
-    key.timeline.push(Mark::Search {
-        call: at.k,
-        search: key.searches,
-    });
-    at.tuner.unsettle();
-    at.slot.set_active(comm, Some((at.tuner, at.n)));
-    true
-}
-
-/// One round: every candidate once (twice in a row with period timing, the first discarded).
-fn schedule(plan: &Plan) -> Vec<usize> {
-    let repeat = runtime::config().tuning.timing.repeat();
-    plan.candidates
-        .iter()
-        .flat_map(|c| std::iter::repeat_n(c.index, repeat))
-        .collect()
-}
-
-/// The next call of the key being searched.
-fn search_step<C>(at: &SlowCall<C>, comm: &mut CommTunerState, key: &mut TunerState) -> Step {
-    let (entry, tuner, slot, n, k) = (at.entry, at.tuner, at.slot, at.n, at.k);
-    let settings = runtime::config().tuning;
-    let now = clock::now();
-    let Phase::Searching(s) = &mut key.phase else {
-        return Step::native(Measure::Timed);
-    };
-    if let Some((start, codelet, true, call)) = s.pending.take() {
-        let ticks = now.saturating_sub(start) as f64;
-        s.samples.of(codelet).push(ticks);
-        key.timeline.push(Mark::Sample {
-            call,
-            codelet,
-            ticks,
-        });
-    }
-    if s.position == s.schedule.len() {
-        let local: Vec<Agreed> = s
-            .plan
-            .candidates
-            .iter()
-            .map(|c| s.samples.estimate(settings.filter, c.index))
-            .collect();
-        let wasted = wasted_share(s, key.ticks);
-        let next = match comm.private.map(|p| consensus::round(&p, &local, wasted)) {
-            Some(Ok((agreed, worst_wasted))) => {
-                trace(entry, || {
-                    format!(
-                        "round {}: local {} agreed {}",
-                        s.plan.rounds + 1,
-                        estimates(entry, &s.plan.candidates, &local),
-                        estimates(entry, &s.plan.candidates, &agreed)
-                    )
-                });
-                s.plan
-                    .after_round(&agreed, worst_wasted > settings.budget, settings.min_gain)
-            }
-            _ => Next::Decide(0),
-        };
-        match next {
-            Next::Round => {
-                s.schedule = schedule(&s.plan);
-                s.position = 0;
-            }
-            Next::Decide(winner) => {
-                trace(entry, || {
-                    format!("decided {}", codelets::names(entry.op)[winner])
-                });
-                let phase = Phase::Production(Production::new(winner));
-                if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
-                    key.decided = Some(done.plan);
-                }
-                key.timeline.push(Mark::Decision { call: k, winner });
-                tuner.settle(key, winner, phase, k + settings.drift_interval);
-                slot.set_active(comm, None);
-                slot.next_check.store(n + 1, Ordering::Relaxed);
-                return Step {
-                    codelet: winner,
-                    barrier: None,
-                    measure: Measure::Timed,
-                };
-            }
-        }
-    }
-    let codelet = s.schedule[s.position];
-    // With period timing the first of the two instances only ends the previous codelet's sample.
-    let sample = settings.timing.samples_at(s.position);
-    s.position += 1;
-    key.searched += 1;
-    Step {
-        codelet,
-        barrier: if settings.timing == Timing::Barrier {
-            comm.private
-        } else {
-            None
-        },
-        measure: Measure::Search { sample },
-    }
-}
-
-/// With COMMTUNE_VERBOSE=2, prints a line about the tuning of `entry`'s key.
-fn trace(entry: &Entry, line: impl FnOnce() -> String) {
-    if runtime::config().verbose >= 2 {
-        let rank = runtime::process().map_or(-1, |p| i64::from(p.rank));
-        say!(
-            "commtune[{rank}]: tune {} {}+{:#x}: {}",
-            entry.op.name(),
-            crate::site::file_name(&entry.site.object),
-            entry.site.address,
-            line()
-        );
-    }
-}
-
-/// `name=estimate±error` in microseconds, for traces.
-fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> String {
-    let names = codelets::names(entry.op);
-    let us = clock::ns_per_tick() * 1e-3;
-    candidates
-        .iter()
-        .zip(values)
-        .map(|(c, v)| {
-            format!(
-                "{}={:.0}±{:.0}",
-                names[c.index],
-                v.location * us,
-                v.error * us
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Share of the key's time spent on codelets other than the current leader.
-fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
-    let leader = s
-        .plan
-        .estimates
-        .iter()
-        .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
-        .map(|(i, _)| *i);
-    let wasted: u64 = s
-        .spent
-        .iter()
-        .filter(|(i, _)| Some(*i) != leader)
-        .map(|(_, t)| t)
-        .sum();
-    if key_ticks == 0 {
-        0.0
-    } else {
-        wasted as f64 / key_ticks as f64
-    }
-}
-
-/// Ends the active search if its key stopped being called (the same outcome on every rank: the
-/// instance counts are shared).
-fn end_stalled_search(slot: &CommTuner, comm: &mut CommTunerState, tuner: &Tuner, n: u64) {
-    let Some((active, last)) = comm.active else {
-        return;
-    };
-    if std::ptr::eq(active, tuner) || n - last < STALL {
-        return;
-    }
-    let mut other = lock(&active.state);
-    let k = active.instances.load(Ordering::Relaxed);
-    let winner = match &other.phase {
-        Phase::Searching(s) => s.plan.winner(runtime::config().tuning.min_gain),
-        _ => 0,
-    };
-    if let Phase::Searching(s) = std::mem::replace(&mut other.phase, Phase::Untuned) {
-        other.decided = Some(s.plan);
-    }
-    other.timeline.push(Mark::Decision { call: k, winner });
-    other.reason = Some("search ended early: the call stopped repeating");
-    let drift_at = k + runtime::config().tuning.drift_interval;
-    let production = Phase::Production(Production::new(winner));
-    active.settle(&mut other, winner, production, drift_at);
-    slot.set_active(comm, None);
-    slot.next_check.store(n + 1, Ordering::Relaxed);
 }
