@@ -128,6 +128,7 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
     knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
     knob("COMMTUNE_SAMPLES", "8", "an integer from 1 to 1000"),
+    knob("COMMTUNE_BLOCK", "1", "an integer from 1 to 64"),
     knob("COMMTUNE_WARMUP", "3", "an integer from 1 to 1000000"),
     knob("COMMTUNE_BUDGET", "1", "a fraction in (0, 1]"),
     knob("COMMTUNE_MIN_GAIN", "0.02", "a fraction in [0, 1)"),
@@ -206,8 +207,9 @@ where
                 .find(|f| *f == value)
                 .map(|f| filter = f)
                 .is_some(),
-            "COMMTUNE_TIMING" => set(&mut t.timing, parse_timing(value)),
+            "COMMTUNE_TIMING" => set(&mut t.timing, Timing::parse(value)),
             "COMMTUNE_SAMPLES" => set(&mut t.samples, number(value, 1, 1000)),
+            "COMMTUNE_BLOCK" => set(&mut t.block, number(value, 1, 64)),
             "COMMTUNE_WARMUP" => set(&mut t.warmup, number(value, 1, 1_000_000)),
             "COMMTUNE_BUDGET" => set(&mut t.budget, real(value, |v| v > 0.0 && v <= 1.0)),
             "COMMTUNE_MIN_GAIN" => set(&mut t.min_gain, real(value, |v| (0.0..1.0).contains(&v))),
@@ -287,15 +289,6 @@ fn parse_search(value: &str) -> Option<Search> {
         "brute" => Some(Search::Brute),
         "attributes" => Some(Search::Attributes),
         "racing" => Some(Search::Racing),
-        _ => None,
-    }
-}
-
-fn parse_timing(value: &str) -> Option<Timing> {
-    match value {
-        "local" => Some(Timing::Local),
-        "barrier" => Some(Timing::Barrier),
-        "period" => Some(Timing::Period),
         _ => None,
     }
 }

@@ -384,6 +384,51 @@ fn drift_reopens_the_search_and_moves_to_the_new_winner() {
     );
 }
 
+#[test]
+fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
+    // ring wins the search (calls 5 to 18 with these knobs, the decision at 19); from call 24
+    // on it is the slowest, inside the window the self-check times after the decision.
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
+    delays.push("allreduce:ring=20ms@24".into());
+    let job = tuned_loop(
+        OpenMpi,
+        4,
+        "self_check",
+        "150",
+        &[
+            // Only the allreduce is tuned, so its calls alone count the communicator's instances.
+            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
+            ("COMMTUNE_SEARCH", "brute"),
+            ("COMMTUNE_SAMPLES", "2"),
+            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
+        ],
+    );
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    assert_eq!(
+        t["searches"], 2,
+        "the self-check reopened the search: {t:#}"
+    );
+    assert_ne!(t["winner"], "ring", "{t:#}");
+    let check = &t["check"];
+    assert_eq!(
+        check["timing"], "period",
+        "the second search timed periods: {t:#}"
+    );
+    let reopened = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "drift" && e["reopened"] == true)
+        .expect("the self-check's reopening is in the timeline");
+    assert!(reopened["call"].as_u64().unwrap() < 60, "{reopened}");
+    let predicted = check["predicted_us"].as_f64().unwrap();
+    assert!(
+        predicted >= 5000.0,
+        "the new winner is delayed too: {check}"
+    );
+}
+
 fn mismatch(flavour: Flavour, np: usize) {
     let dir = scratch(&format!("tuner_mismatch_{}", flavour.name()));
     let exe = compile(flavour, "mismatch.c", &dir);

@@ -30,11 +30,12 @@ pub use text::summary;
 /// - 3: each rank's host and run time (`ranks`), each rank's time per site
 ///   (`ranks.time_by_rank_s`), halo episodes' messages per rank (`rank_signatures`), the
 ///   tuner's timeline of a key (`tuning.timeline`).
+/// - 4: the self-check of a decision, predicted against realised time (`tuning.check`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -183,6 +184,28 @@ pub struct TuningData {
     /// production, or too few timed calls to tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saving: Option<Saving>,
+    /// The latest self-check of a decision: the search's prediction against the winner's
+    /// realised production time (version 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<SelfCheck>,
+}
+
+/// A decision checked against production: the first window of production calls after a
+/// search decided, timed as the search timed its samples, reduced over ranks as its estimates
+/// were (the maximum).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SelfCheck {
+    /// The search's agreed estimate of the winner, and its realised time per call.
+    pub predicted_us: f64,
+    pub realised_us: f64,
+    /// The best other codelet of the search, and its estimate.
+    pub runner_up: Option<String>,
+    pub runner_up_us: Option<f64>,
+    /// How the search timed its samples (local, barrier, period).
+    pub timing: String,
+    /// kept (the decision stands), reopened (searched again with the other timing) or native
+    /// (a second wrong decision: the key fell back to native).
+    pub verdict: String,
 }
 
 /// What a tuned key's winner saved in this run, from what was measured in it: the winner's

@@ -434,6 +434,7 @@ mod tests {
                 timeline_dropped: 0,
                 saved_s: None,
                 saving: None,
+                check: None,
             });
             k
         };
@@ -538,6 +539,7 @@ mod tests {
                     timeline_dropped: 0,
                     saved_s: None,
                     saving: Some(saving(saved)),
+                    check: None,
                 });
                 RankData {
                     rank: rank as u32,

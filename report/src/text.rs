@@ -102,7 +102,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         "phase", "winner", "searched", "saved in this run"
     );
     for (site, t) in tuned {
-        let detail = match &t.reason {
+        let mut detail = match &t.reason {
             Some(reason) => reason.clone(),
             None => t
                 .codelets
@@ -111,6 +111,16 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
                 .collect::<Vec<_>>()
                 .join(" "),
         };
+        if let Some(c) = &t.check {
+            let _ = write!(
+                detail,
+                "; predicted {} realised {} ({}, {})",
+                micros(c.predicted_us),
+                micros(c.realised_us),
+                c.timing,
+                c.verdict
+            );
+        }
         let _ = writeln!(
             out,
             "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",

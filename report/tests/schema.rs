@@ -9,7 +9,7 @@ use std::path::Path;
 
 use commtune_report::{
     Aborted, CodeletEstimate, Event, KeyData, Location, Op, RankData, Report, SCHEMA, Saving,
-    SiteData, TuningData, VERSION, merge,
+    SelfCheck, SiteData, TuningData, VERSION, merge,
 };
 use serde_json::Value;
 
@@ -72,6 +72,14 @@ fn full() -> Report {
             saved_s: 0.0005,
             low_s: 0.0004,
             high_s: 0.0006,
+        }),
+        check: Some(SelfCheck {
+            predicted_us: 5.0,
+            realised_us: 5.5,
+            runner_up: Some("native".into()),
+            runner_up_us: Some(10.0),
+            timing: "local".into(),
+            verdict: "kept".into(),
         }),
     };
     let key = |op: Op, rank: u32| KeyData {
@@ -138,6 +146,7 @@ fn a_report_with_every_field_matches() {
         "/notes",
         "/tuning/saving",
         "/tuning/saved_s",
+        "/tuning/check/runner_up",
         "/tuning/timeline/3/ratio",
         "/tuning/timeline_dropped",
         "/period_us",

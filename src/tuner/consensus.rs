@@ -61,3 +61,10 @@ pub fn drift(comm: &Comm, ratio: f64) -> MpiResult<f64> {
     comm.allreduce_sum_f64(&mut values)?;
     Ok(values[0] / f64::from(comm.size.max(1)))
 }
+
+/// A decision's realised time per call, reduced as search estimates are (maximum over ranks).
+pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<f64> {
+    let mut values = [ticks];
+    comm.allreduce_max_f64(&mut values)?;
+    Ok(values[0])
+}

@@ -1,13 +1,20 @@
-//! Drift checks of keys in production: the window before each check against the first after
-//! the decision, reduced over ranks; a search reopens after strikes in a row.
+//! Checks of keys in production. The first, soon after a decision, is the self-check: the
+//! winner's realised time against what the search predicted, timed as the search timed and
+//! reduced over ranks alike; a decision it finds clearly wrong reopens the search once with the
+//! other timing, and a second wrong one falls back to native. Later ones are drift checks: the
+//! window before each check against the first, reduced over ranks; a search reopens after
+//! strikes in a row.
 
+use commtune_report::SelfCheck;
+use commtune_tune::Timing;
+use commtune_tune::check::{Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{search_step, start_search, trace};
 use super::state::{CommTunerState, Phase, Production, TunerState};
 use super::{SlowCall, Step, consensus};
-use crate::codelets::Operation;
-use crate::runtime;
+use crate::codelets::{self, Operation};
+use crate::{clock, runtime};
 
 /// Drift windows in a row beyond the threshold before a search reopens.
 const DRIFT_STRIKES: u32 = 2;
@@ -26,6 +33,18 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
+    if p.baseline.is_none()
+        && let Some(predicted) = p.predicted
+    {
+        let realised = realised(p, predicted.timing, clock::now());
+        let realised = consensus::realised(&comm.private?, realised).ok()?;
+        if let Some(step) = self_check(at, comm, key, predicted, realised) {
+            return Some(step);
+        }
+    }
+    let Phase::Production(p) = &mut key.phase else {
+        return None;
+    };
     let ratio = drift_ratio(p);
     let mean = consensus::drift(&comm.private?, ratio).ok()?;
     if mean > 1.0 + settings.drift_threshold {
@@ -64,4 +83,76 @@ fn drift_ratio(p: &mut Production) -> f64 {
             1.0
         }
     }
+}
+
+/// This rank's time per call in the window, measured as the search measured its samples.
+fn realised(p: &Production, timing: Timing, now: u64) -> f64 {
+    match (timing, p.window_start) {
+        (Timing::Period, Some(start)) if !p.window.is_empty() => {
+            now.saturating_sub(start) as f64 / p.window.len() as f64
+        }
+        _ => median(&p.window),
+    }
+}
+
+fn median(window: &[u64]) -> f64 {
+    let mut sorted = window.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).map_or(0.0, |&t| t as f64)
+}
+
+/// Checks the decision against `realised` (agreed, ticks per call); returns the search step
+/// when the search reopens.
+fn self_check<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    predicted: Prediction,
+    realised: f64,
+) -> Option<Step> {
+    let settings = runtime::config().tuning;
+    let Phase::Production(p) = &key.phase else {
+        return None;
+    };
+    let winner = p.winner;
+    let verdict = predicted.judge(realised, settings.min_gain, key.wrong);
+    let names = codelets::names(at.entry.op);
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    key.check = Some(SelfCheck {
+        predicted_us: us(predicted.winner),
+        realised_us: us(realised),
+        runner_up: predicted.runner_up.map(|(i, _)| names[i].to_string()),
+        runner_up_us: predicted.runner_up.map(|(_, r)| us(r)),
+        timing: predicted.timing.name().to_string(),
+        verdict: verdict.name().to_string(),
+    });
+    trace(at.entry, || {
+        format!(
+            "self-check of {}: predicted {:.0} us, realised {:.0} us: {}",
+            names[winner],
+            us(predicted.winner),
+            us(realised),
+            verdict.name()
+        )
+    });
+    let timing = match verdict {
+        Verdict::Kept => return None,
+        Verdict::Reopen(timing) => Some(timing),
+        Verdict::Native => None,
+    };
+    key.wrong += 1;
+    key.timeline.push(Mark::Drift {
+        call: at.k,
+        ratio: realised / predicted.winner,
+        reopened: timing.is_some(),
+    });
+    let Some(timing) = timing else {
+        key.reason = Some("the self-check found two decisions wrong: native kept");
+        let production = Phase::Production(Production::new(0, None));
+        let drift_at = at.k + settings.drift_interval;
+        at.tuner.settle(key, 0, production, drift_at);
+        return None;
+    };
+    key.timing = Some(timing);
+    start_search(at, comm, key).then(|| search_step(at, comm, key))
 }

@@ -29,8 +29,6 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use commtune_report::TuningData;
-use commtune_tune::Timing;
-use commtune_tune::timeline::Mark;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -57,8 +55,8 @@ struct Step {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Measure {
-    /// A search sample (local/barrier timing), or only the budget's time (period timing).
-    Search { sample: bool },
+    /// A call of a search (the `Sampler` knows which of them give samples).
+    Search,
     /// Timed for the report.
     Timed,
     /// Timed for the report as one of the calls in eight that stand for the untimed ones.
@@ -73,7 +71,7 @@ impl Measure {
     /// What the key's report makes of the call's time.
     fn kind(self) -> Measured {
         match self {
-            Measure::Search { .. } => Measured::Search,
+            Measure::Search => Measured::Search,
             Measure::Sample => Measured::Sample,
             Measure::Timed | Measure::Window | Measure::Counted => Measured::Other,
         }
@@ -175,7 +173,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             step.codelet,
             step.measure.kind(),
         );
-        measured(tuner, &step, k, start, end.saturating_sub(start));
+        measured(tuner, &step, start, call_start, end);
     } else {
         entry.count(step.codelet);
     }
@@ -222,25 +220,19 @@ pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningD
     Some(tuner.report(names, ns_per_tick))
 }
 
-/// Books measured call `k` into the key's search or drift window.
-fn measured(tuner: &Tuner, step: &Step, k: u64, start: u64, ticks: u64) {
+/// Books a timed call (entered at `start`, run from `call_start` after its barrier to `end`)
+/// into the key's search or drift window.
+fn measured(tuner: &Tuner, step: &Step, start: u64, call_start: u64, end: u64) {
     let key = &mut *lock(&tuner.state);
-    key.ticks += ticks;
+    key.ticks += end.saturating_sub(start);
     match (&mut key.phase, step.measure) {
-        (Phase::Searching(s), Measure::Search { sample }) => {
-            s.add_spent(step.codelet, ticks);
-            if runtime::config().tuning.timing == Timing::Period {
-                s.pending = Some((start, step.codelet, sample, k));
-            } else if sample {
-                s.samples.of(step.codelet).push(ticks as f64);
-                key.timeline.push(Mark::Sample {
-                    call: k,
-                    codelet: step.codelet,
-                    ticks: ticks as f64,
-                });
-            }
+        (Phase::Searching(s), Measure::Search) => {
+            s.ran(call_start, end, end.saturating_sub(start));
         }
-        (Phase::Production(p), Measure::Window) => p.window.push(ticks),
+        (Phase::Production(p), Measure::Window) => {
+            p.window_start.get_or_insert(call_start);
+            p.window.push(end.saturating_sub(call_start));
+        }
         _ => {}
     }
 }

@@ -3,13 +3,13 @@
 
 use std::sync::atomic::Ordering;
 
-use commtune_tune::stats::Samples;
+use commtune_tune::check::Prediction;
+use commtune_tune::sampling::{Sampler, Turn};
 use commtune_tune::timeline::Mark;
-use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
+use commtune_tune::{Agreed, Candidate, Next, Plan};
 
 use super::state::{
-    CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, SearchState, Tuner,
-    TunerState,
+    CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, Tuner, TunerState,
 };
 use super::{Measure, SlowCall, Step, consensus};
 use crate::codelets::{self, Operation};
@@ -85,20 +85,18 @@ pub(super) fn start_search<C: Operation>(
         .collect();
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
-        let production = Phase::Production(Production::new(0));
+        let production = Phase::Production(Production::new(0, None));
         at.tuner.settle(key, 0, production, u64::MAX);
         return false;
     }
-    let plan = Plan::new(config.tuning.search, candidates, config.tuning.samples);
-    let schedule = schedule(&plan);
-    key.phase = Phase::Searching(Box::new(SearchState {
+    let settings = config.tuning;
+    let plan = Plan::new(settings.search, candidates, settings.samples);
+    let timing = key.timing.unwrap_or(settings.timing);
+    key.phase = Phase::Searching(Box::new(Sampler::new(
         plan,
-        schedule,
-        position: 0,
-        samples: Samples::default(),
-        spent: Vec::new(),
-        pending: None,
-    }));
+        timing,
+        settings.block as usize,
+    )));
     key.reason = None;
     key.searches += 1;
     key.timeline.push(Mark::Search {
@@ -108,15 +106,6 @@ pub(super) fn start_search<C: Operation>(
     at.tuner.unsettle();
     at.slot.set_active(comm, Some((at.tuner, at.n)));
     true
-}
-
-/// One round: every candidate once (twice in a row with period timing, the first discarded).
-fn schedule(plan: &Plan) -> Vec<usize> {
-    let repeat = runtime::config().tuning.timing.repeat();
-    plan.candidates
-        .iter()
-        .flat_map(|c| std::iter::repeat_n(c.index, repeat))
-        .collect()
 }
 
 /// The next call of the key being searched.
@@ -131,23 +120,29 @@ pub(super) fn search_step<C>(
     let Phase::Searching(s) = &mut key.phase else {
         return Step::native(Measure::Timed);
     };
-    if let Some((start, codelet, true, call)) = s.pending.take() {
-        let ticks = now.saturating_sub(start) as f64;
-        s.samples.of(codelet).push(ticks);
+    if let Some((codelet, ticks)) = s.close(now) {
         key.timeline.push(Mark::Sample {
-            call,
+            call: k,
             codelet,
             ticks,
         });
     }
-    if s.position == s.schedule.len() {
-        let local: Vec<Agreed> = s
-            .plan
-            .candidates
-            .iter()
-            .map(|c| s.samples.estimate(settings.filter, c.index))
-            .collect();
-        let wasted = wasted_share(s, key.ticks);
+    loop {
+        match s.turn() {
+            Turn::Run {
+                codelet, barrier, ..
+            } => {
+                key.searched += 1;
+                return Step {
+                    codelet,
+                    barrier: if barrier { comm.private } else { None },
+                    measure: Measure::Search,
+                };
+            }
+            Turn::RoundEnd => {}
+        }
+        let local = s.estimates(settings.filter);
+        let wasted = s.wasted_share(key.ticks);
         let next = match comm.private.map(|p| consensus::round(&p, &local, wasted)) {
             Some(Ok((agreed, worst_wasted))) => {
                 trace(entry, || {
@@ -158,50 +153,56 @@ pub(super) fn search_step<C>(
                         estimates(entry, &s.plan.candidates, &agreed)
                     )
                 });
-                s.plan
-                    .after_round(&agreed, worst_wasted > settings.budget, settings.min_gain)
+                s.after_round(&agreed, worst_wasted > settings.budget, settings.min_gain)
             }
             _ => Next::Decide(0),
         };
-        match next {
-            Next::Round => {
-                s.schedule = schedule(&s.plan);
-                s.position = 0;
+        if let Next::Decide(winner) = next {
+            trace(entry, || {
+                format!("decided {}", codelets::names(entry.op)[winner])
+            });
+            let predicted = prediction(s, winner);
+            let phase = Phase::Production(Production::new(winner, predicted));
+            if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
+                key.decided = Some(done.plan);
             }
-            Next::Decide(winner) => {
-                trace(entry, || {
-                    format!("decided {}", codelets::names(entry.op)[winner])
-                });
-                let phase = Phase::Production(Production::new(winner));
-                if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
-                    key.decided = Some(done.plan);
-                }
-                key.timeline.push(Mark::Decision { call: k, winner });
-                tuner.settle(key, winner, phase, k + settings.drift_interval);
-                slot.set_active(comm, None);
-                slot.next_check.store(n + 1, Ordering::Relaxed);
-                return Step {
-                    codelet: winner,
-                    barrier: None,
-                    measure: Measure::Timed,
-                };
-            }
+            key.timeline.push(Mark::Decision { call: k, winner });
+            tuner.settle(key, winner, phase, k + first_check());
+            slot.set_active(comm, None);
+            slot.next_check.store(n + 1, Ordering::Relaxed);
+            return Step {
+                codelet: winner,
+                barrier: None,
+                measure: Measure::Timed,
+            };
         }
     }
-    let codelet = s.schedule[s.position];
-    // With period timing the first of the two instances only ends the previous codelet's sample.
-    let sample = settings.timing.samples_at(s.position);
-    s.position += 1;
-    key.searched += 1;
-    Step {
-        codelet,
-        barrier: if settings.timing == Timing::Barrier {
-            comm.private
-        } else {
-            None
-        },
-        measure: Measure::Search { sample },
-    }
+}
+
+/// The calls after a decision until its self-check: a whole drift window after the switch
+/// (never later than the first drift check).
+pub(super) fn first_check() -> u64 {
+    runtime::config()
+        .tuning
+        .drift_interval
+        .min(super::state::DRIFT_WINDOW + 2)
+}
+
+/// What the search predicts for `winner` and the best other codelet.
+fn prediction(s: &Sampler, winner: usize) -> Option<Prediction> {
+    let winner_estimate = s.plan.estimate(winner)?.location;
+    let runner_up = s
+        .plan
+        .estimates
+        .iter()
+        .filter(|(i, _)| *i != winner)
+        .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
+        .map(|(i, e)| (*i, e.location));
+    Some(Prediction {
+        winner: winner_estimate,
+        runner_up,
+        timing: s.timing,
+    })
 }
 
 /// With COMMTUNE_VERBOSE=2, prints a line about the tuning of `entry`'s key.
@@ -237,27 +238,6 @@ fn estimates(entry: &Entry, candidates: &[Candidate], values: &[Agreed]) -> Stri
         .join(" ")
 }
 
-/// Share of the key's time spent on codelets other than the current leader.
-fn wasted_share(s: &SearchState, key_ticks: u64) -> f64 {
-    let leader = s
-        .plan
-        .estimates
-        .iter()
-        .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
-        .map(|(i, _)| *i);
-    let wasted: u64 = s
-        .spent
-        .iter()
-        .filter(|(i, _)| Some(*i) != leader)
-        .map(|(_, t)| t)
-        .sum();
-    if key_ticks == 0 {
-        0.0
-    } else {
-        wasted as f64 / key_ticks as f64
-    }
-}
-
 /// Ends the active search if its key stopped being called (the same outcome on every rank: the
 /// instance counts are shared).
 pub(super) fn end_stalled_search(
@@ -284,7 +264,7 @@ pub(super) fn end_stalled_search(
     other.timeline.push(Mark::Decision { call: k, winner });
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
-    let production = Phase::Production(Production::new(winner));
+    let production = Phase::Production(Production::new(winner, None));
     active.settle(&mut other, winner, production, drift_at);
     slot.set_active(comm, None);
     slot.next_check.store(n + 1, Ordering::Relaxed);

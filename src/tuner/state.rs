@@ -11,11 +11,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use commtune_report::SelfCheck;
 use commtune_report::TuningData;
-use commtune_tune::Plan;
+use commtune_tune::check::Prediction;
 use commtune_tune::report::{Progress, Stage, warmup_reason};
-use commtune_tune::stats::Samples;
+use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
+use commtune_tune::{Plan, Timing};
 use rustc_hash::FxBuildHasher;
 
 use crate::comms::{self, Communicator};
@@ -29,7 +31,7 @@ pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
 /// The drift watch times every one of the last calls before a drift check (never more than half
 /// of the interval): a median of so many calls is steady on a noisy machine.
-const DRIFT_WINDOW: u64 = 16;
+pub const DRIFT_WINDOW: u64 = 16;
 
 /// The tuner's state of one communicator (kept in its `comms` record; the record's epoch changes
 /// when the application frees the communicator, so a handle value reused for another
@@ -244,7 +246,7 @@ impl Tuner {
             Phase::Warmup => Some(no_checkpoint(&key, instances, warmup)),
             _ => None,
         });
-        Progress {
+        let mut data = Progress {
             stage,
             reason,
             plan: match &key.phase {
@@ -255,7 +257,9 @@ impl Tuner {
             searches: key.searches,
             timeline: Some(&key.timeline),
         }
-        .data(names, ns_per_tick)
+        .data(names, ns_per_tick);
+        data.check = key.check.clone();
+        data
     }
 }
 
@@ -279,6 +283,12 @@ pub struct TunerState {
     pub partial: u32,
     /// What the key ran when, for the report.
     pub timeline: Timeline,
+    /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING.
+    pub timing: Option<Timing>,
+    /// Decisions the self-check found wrong.
+    pub wrong: u32,
+    /// The latest self-check, for the report (microseconds).
+    pub check: Option<SelfCheck>,
 }
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
@@ -314,49 +324,35 @@ fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
 pub enum Phase {
     #[default]
     Warmup,
-    Searching(Box<SearchState>),
+    Searching(Box<Sampler>),
     Production(Production),
     Untuned,
 }
 
 pub struct Production {
     pub winner: usize,
-    /// Sampled durations since the last drift check, and the first window's median.
+    /// Sampled durations since the last drift check, the clock at the first of them, and the
+    /// first window's median.
     pub window: Vec<u64>,
+    pub window_start: Option<u64>,
     pub baseline: Option<f64>,
     pub strikes: u32,
+    /// What the search predicted (agreed estimates, clock ticks per call): the winner's and the
+    /// best other codelet's, and the timing they were measured with; None when no search
+    /// decided (one codelet applies, or a search ended early). The first drift window checks
+    /// the prediction.
+    pub predicted: Option<Prediction>,
 }
 
 impl Production {
-    pub fn new(winner: usize) -> Production {
+    pub fn new(winner: usize, predicted: Option<Prediction>) -> Production {
         Production {
             winner,
             window: Vec::new(),
+            window_start: None,
             baseline: None,
             strikes: 0,
-        }
-    }
-}
-
-pub struct SearchState {
-    pub plan: Plan,
-    /// Registry indices of this round's instances, and the position in it.
-    pub schedule: Vec<usize>,
-    pub position: usize,
-    /// Samples per registry index.
-    pub samples: Samples,
-    /// Ticks spent per registry index (for the budget).
-    pub spent: Vec<(usize, u64)>,
-    /// Period timing: the instance waiting for the next entry to end its sample: its start,
-    /// codelet, whether it is a sample, and its call number.
-    pub pending: Option<(u64, usize, bool, u64)>,
-}
-
-impl SearchState {
-    pub fn add_spent(&mut self, codelet: usize, ticks: u64) {
-        match self.spent.iter_mut().find(|(i, _)| *i == codelet) {
-            Some((_, t)) => *t += ticks,
-            None => self.spent.push((codelet, ticks)),
+            predicted,
         }
     }
 }

@@ -5,6 +5,8 @@
 //! - `stats`: estimators of a codelet's typical time from one rank's samples.
 //! - `policy`: search policies (which codelets stay in the race after a round, when to decide).
 //! - `settings`: the tuner's knobs as values, and how samples are timed.
+//! - `check`: the self-check of a decision against the winner's realised time.
+//! - `sampling`: what a search sample is (blocks of instances) and the order of a search.
 //! - `attributes`: what a codelet is like (its partners, whether it uses MPI collectives).
 //! - `schedule`: who exchanges which blocks with whom in the collective algorithms.
 //! - `edges`: which graph edge carries each message of a halo episode run as one neighbourhood
@@ -13,9 +15,11 @@
 //!   same way for every tuner.
 
 pub mod attributes;
+pub mod check;
 pub mod edges;
 pub mod policy;
 pub mod report;
+pub mod sampling;
 pub mod schedule;
 pub mod settings;
 pub mod stats;

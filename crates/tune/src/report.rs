@@ -68,6 +68,7 @@ impl Progress<'_> {
             timeline_dropped: self.timeline.map_or(0, |t| t.dropped),
             saved_s: None,
             saving: None,
+            check: None,
         }
     }
 }

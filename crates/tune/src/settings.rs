@@ -17,6 +17,24 @@ pub enum Timing {
 }
 
 impl Timing {
+    /// The timing COMMTUNE_TIMING names.
+    pub fn parse(name: &str) -> Option<Timing> {
+        match name {
+            "local" => Some(Timing::Local),
+            "barrier" => Some(Timing::Barrier),
+            "period" => Some(Timing::Period),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Timing::Local => "local",
+            Timing::Barrier => "barrier",
+            Timing::Period => "period",
+        }
+    }
+
     /// Instances in a row each codelet runs per round: with period timing the first only ends
     /// the previous codelet's period, the second is the sample.
     pub fn repeat(self) -> usize {
@@ -41,6 +59,9 @@ pub struct Settings {
     pub timing: Timing,
     /// Samples per codelet at most (rounds of the search).
     pub samples: u32,
+    /// Instances per sample: a block of consecutive instances of one codelet, the first
+    /// discarded (`sampling`).
+    pub block: u32,
     /// Calls of a key before it may be tuned.
     pub warmup: u64,
     /// Largest share of a key's time the search may spend on codelets that are not the best.
@@ -60,6 +81,7 @@ impl Default for Settings {
             filter: Filter::Robust { nu: 5.0 },
             timing: Timing::Local,
             samples: 8,
+            block: 1,
             warmup: 3,
             budget: 1.0,
             min_gain: 0.02,
@@ -79,5 +101,8 @@ mod tests {
         assert_eq!(sampled, [false, true, false, true]);
         assert!((0..4).all(|p| Timing::Local.samples_at(p)));
         assert_eq!(Timing::Barrier.repeat(), 1);
+        for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
+            assert_eq!(Timing::parse(timing.name()), Some(timing));
+        }
     }
 }

@@ -1,0 +1,107 @@
+//! The self-check of a decision: the winner's realised production time against what its search
+//! predicted. A search's samples can mislead (on a network, what a codelet leaves behind in the
+//! queues lands on the next one), so a decision is checked once it has run alone for a while.
+
+use crate::settings::Timing;
+
+/// A decision is wrong when the winner's realised time exceeds its prediction by more than this
+/// share and also exceeds the runner-up's prediction (by more than the minimum gain): a winner
+/// that is slower than predicted but still faster than every alternative stays.
+pub const MARGIN: f64 = 0.25;
+
+/// What a search predicted (agreed estimates, clock ticks per call).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct Prediction {
+    pub winner: f64,
+    /// The best other codelet (registry index) and its estimate.
+    pub runner_up: Option<(usize, f64)>,
+    /// How the search timed its samples: production is timed the same way.
+    pub timing: Timing,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Verdict {
+    /// The decision stands.
+    Kept,
+    /// Wrong: search again, with `timing`.
+    Reopen(Timing),
+    /// Wrong a second time: native from now on.
+    Native,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Kept => "kept",
+            Verdict::Reopen(_) => "reopened",
+            Verdict::Native => "native",
+        }
+    }
+}
+
+impl Prediction {
+    /// Judges the decision from its `realised` time (agreed like the estimates), when `wrong`
+    /// earlier decisions of the key were found wrong.
+    pub fn judge(&self, realised: f64, min_gain: f64, wrong: u32) -> Verdict {
+        let missed = realised > self.winner * (1.0 + MARGIN)
+            && self
+                .runner_up
+                .is_some_and(|(_, r)| realised > r * (1.0 + min_gain));
+        match (missed, wrong) {
+            (false, _) => Verdict::Kept,
+            (true, 0) => Verdict::Reopen(match self.timing {
+                Timing::Local | Timing::Barrier => Timing::Period,
+                Timing::Period => Timing::Local,
+            }),
+            (true, _) => Verdict::Native,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn predicted(winner: f64, runner_up: f64) -> Prediction {
+        Prediction {
+            winner,
+            runner_up: Some((0, runner_up)),
+            timing: Timing::Local,
+        }
+    }
+
+    #[test]
+    fn a_winner_slower_than_predicted_but_still_best_stays() {
+        // 15 ms realised against 10 predicted: a miss, but the runner-up was 18.
+        assert_eq!(predicted(10.0, 18.0).judge(15.0, 0.02, 0), Verdict::Kept);
+        // Within the margin.
+        assert_eq!(predicted(10.0, 11.0).judge(12.4, 0.02, 0), Verdict::Kept);
+    }
+
+    #[test]
+    fn a_clear_miss_reopens_with_the_other_timing_then_falls_back() {
+        // The 1 Gbit/s case: ring predicted 18.5, native 15.4, native realised 23.
+        let native = Prediction {
+            winner: 15.4,
+            runner_up: Some((4, 18.5)),
+            timing: Timing::Local,
+        };
+        assert_eq!(native.judge(23.0, 0.02, 0), Verdict::Reopen(Timing::Period));
+        let period = Prediction {
+            timing: Timing::Period,
+            ..native
+        };
+        assert_eq!(period.judge(23.0, 0.02, 0), Verdict::Reopen(Timing::Local));
+        assert_eq!(native.judge(23.0, 0.02, 1), Verdict::Native);
+    }
+
+    #[test]
+    fn without_an_alternative_nothing_is_wrong() {
+        let alone = Prediction {
+            winner: 1.0,
+            runner_up: None,
+            timing: Timing::Period,
+        };
+        assert_eq!(alone.judge(100.0, 0.02, 0), Verdict::Kept);
+    }
+}

@@ -1,0 +1,307 @@
+//! What a search sample is, and the order of a search's instances.
+//!
+//! A round runs each remaining candidate for a *block* of consecutive instances of the key. The
+//! first instance of a block is never measured: on a network, one codelet's traffic and queues
+//! spill into the next instance, so the first instance after a switch pays for its predecessor.
+//! The others give the block's one sample, the time per instance as the application feels it:
+//! - `Local`: the mean duration of the measured instances on this rank;
+//! - `Barrier`: the same, each measured instance after a barrier;
+//! - `Period`: from a barrier before the first measured instance (every rank starts the block
+//!   together) to the entry of the key's next instance after the block, over the measured
+//!   instances: the asynchronous tails and the application's own work between calls included.
+//!
+//! Pure: the library feeds it clock readings of one rank; ranks agree on estimates, not samples.
+
+use crate::policy::{Agreed, Next, Plan};
+use crate::settings::Timing;
+use crate::stats::{Filter, Samples};
+
+/// One key's search: the policy's plan and the samples its instances give.
+#[derive(Debug)]
+pub struct Sampler {
+    pub plan: Plan,
+    pub timing: Timing,
+    /// Instances per block (the first discarded when more than one).
+    block: usize,
+    /// The codelet of each instance of this round, and the next position in it.
+    schedule: Vec<usize>,
+    position: usize,
+    samples: Samples,
+    /// Clock ticks spent per codelet (registry index), all instances.
+    spent: Vec<(usize, u64)>,
+    /// The block being run.
+    open: Option<Block>,
+}
+
+#[derive(Debug)]
+struct Block {
+    codelet: usize,
+    /// Instances of the block run so far, and how many of them were measured.
+    ran: usize,
+    measured: usize,
+    /// Local/barrier: the measured instances' durations; period: the first measured start.
+    ticks: u64,
+    start: Option<u64>,
+}
+
+/// The next instance of a searched key.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Turn {
+    /// Run `codelet`; `barrier`: after a barrier; `measured`: its time counts.
+    Run {
+        codelet: usize,
+        barrier: bool,
+        measured: bool,
+    },
+    /// The round is over: agree on `estimates` and call `after_round`.
+    RoundEnd,
+}
+
+impl Sampler {
+    /// A search under `plan`, each candidate run `block` instances in a row per round (period
+    /// timing needs two: one to discard, one to measure).
+    pub fn new(plan: Plan, timing: Timing, block: usize) -> Sampler {
+        let block = match timing {
+            Timing::Period => block.max(2),
+            Timing::Local | Timing::Barrier => block.max(1),
+        };
+        let mut sampler = Sampler {
+            plan,
+            timing,
+            block,
+            schedule: Vec::new(),
+            position: 0,
+            samples: Samples::default(),
+            spent: Vec::new(),
+            open: None,
+        };
+        sampler.new_round();
+        sampler
+    }
+
+    fn new_round(&mut self) {
+        self.schedule = self
+            .plan
+            .candidates
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c.index, self.block))
+            .collect();
+        self.position = 0;
+    }
+
+    /// Instances a round runs now.
+    pub fn round_len(&self) -> usize {
+        self.schedule.len()
+    }
+
+    /// The key's next instance is entered at clock `now`: ends the sample of a block whose
+    /// instances all ran, returned as (codelet, ticks per instance).
+    pub fn close(&mut self, now: u64) -> Option<(usize, f64)> {
+        let block = self.open.take_if(|b| b.ran == self.block)?;
+        if block.measured == 0 {
+            return None;
+        }
+        let ticks = match (self.timing, block.start) {
+            (Timing::Period, Some(start)) => now.saturating_sub(start),
+            (Timing::Period, None) => return None,
+            (Timing::Local | Timing::Barrier, _) => block.ticks,
+        };
+        let sample = ticks as f64 / block.measured as f64;
+        self.samples.of(block.codelet).push(sample);
+        Some((block.codelet, sample))
+    }
+
+    /// What the next instance runs (after `close`); each call is one instance.
+    pub fn turn(&mut self) -> Turn {
+        if self.position == self.schedule.len() {
+            return Turn::RoundEnd;
+        }
+        let codelet = self.schedule[self.position];
+        let at = self.position % self.block;
+        self.position += 1;
+        if at == 0 {
+            self.open = Some(Block {
+                codelet,
+                ran: 0,
+                measured: 0,
+                ticks: 0,
+                start: None,
+            });
+        }
+        let measured = self.block == 1 || at > 0;
+        let barrier = match self.timing {
+            Timing::Local => false,
+            Timing::Barrier => measured,
+            Timing::Period => at == 1,
+        };
+        Turn::Run {
+            codelet,
+            barrier,
+            measured,
+        }
+    }
+
+    /// The instance `turn` gave ran from `start` (after its barrier, if any) to `end`, and took
+    /// `spent` ticks in all (its barrier included).
+    pub fn ran(&mut self, start: u64, end: u64, spent: u64) {
+        let Some(block) = &mut self.open else {
+            return;
+        };
+        let codelet = block.codelet;
+        let measured = self.block == 1 || block.ran > 0;
+        block.ran += 1;
+        if measured {
+            block.measured += 1;
+            block.ticks += end.saturating_sub(start);
+            block.start.get_or_insert(start);
+        }
+        match self.spent.iter_mut().find(|(i, _)| *i == codelet) {
+            Some((_, t)) => *t += spent,
+            None => self.spent.push((codelet, spent)),
+        }
+    }
+
+    /// This rank's estimate of every candidate, in the plan's order.
+    pub fn estimates(&self, filter: Filter) -> Vec<Agreed> {
+        self.plan
+            .candidates
+            .iter()
+            .map(|c| self.samples.estimate(filter, c.index))
+            .collect()
+    }
+
+    /// Share of `key_ticks` (all the key's timed calls) spent on codelets other than the leader.
+    pub fn wasted_share(&self, key_ticks: u64) -> f64 {
+        let leader = self
+            .plan
+            .estimates
+            .iter()
+            .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
+            .map(|(i, _)| *i);
+        let wasted: u64 = self
+            .spent
+            .iter()
+            .filter(|(i, _)| Some(*i) != leader)
+            .map(|(_, t)| t)
+            .sum();
+        if key_ticks == 0 {
+            0.0
+        } else {
+            wasted as f64 / key_ticks as f64
+        }
+    }
+
+    /// Takes the round's agreed estimates (see `Plan::after_round`); on `Next::Round` the next
+    /// round's instances are scheduled.
+    pub fn after_round(&mut self, agreed: &[Agreed], stop: bool, min_gain: f64) -> Next {
+        let next = self.plan.after_round(agreed, stop, min_gain);
+        if next == Next::Round {
+            self.new_round();
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attributes::Partners;
+    use crate::policy::{Candidate, Search};
+
+    fn plan(codelets: &[usize]) -> Plan {
+        let candidates = codelets
+            .iter()
+            .map(|&index| Candidate {
+                index,
+                partners: Partners::All,
+                collectives: false,
+            })
+            .collect();
+        Plan::new(Search::Brute, candidates, 4)
+    }
+
+    /// Runs one round where instance `i` of codelet `c` takes `cost(c, i_in_block)` ticks and the
+    /// application works `gap` ticks between instances; returns the samples and the barriers.
+    fn round(
+        s: &mut Sampler,
+        clock: &mut u64,
+        gap: u64,
+        cost: impl Fn(usize, usize) -> u64,
+    ) -> (Vec<(usize, f64)>, Vec<bool>) {
+        let (mut samples, mut barriers) = (Vec::new(), Vec::new());
+        let mut at = 0;
+        let mut last = None;
+        loop {
+            samples.extend(s.close(*clock));
+            let Turn::Run {
+                codelet, barrier, ..
+            } = s.turn()
+            else {
+                return (samples, barriers);
+            };
+            at = if last == Some(codelet) { at + 1 } else { 0 };
+            last = Some(codelet);
+            barriers.push(barrier);
+            let start = *clock;
+            *clock += cost(codelet, at);
+            s.ran(start, *clock, *clock - start);
+            *clock += gap;
+        }
+    }
+
+    #[test]
+    fn the_first_instance_of_a_block_is_not_measured() {
+        // Each codelet's first instance pays 1000 ticks for the previous one's traffic.
+        let cost = |c: usize, at: usize| if at == 0 { 1000 } else { [100, 50][c] };
+        let mut s = Sampler::new(plan(&[0, 1]), Timing::Local, 3);
+        let (samples, barriers) = round(&mut s, &mut 0, 0, cost);
+        assert_eq!(samples, [(0, 100.0), (1, 50.0)]);
+        assert!(barriers.iter().all(|b| !b));
+        assert_eq!(s.round_len(), 6);
+    }
+
+    #[test]
+    fn period_samples_include_the_work_between_calls_and_start_together() {
+        let cost = |c: usize, _: usize| [100, 50][c];
+        let mut s = Sampler::new(plan(&[0, 1]), Timing::Period, 4);
+        let mut clock = 0;
+        let (samples, barriers) = round(&mut s, &mut clock, 30, cost);
+        // The last block ends at the round's end, when the next instance enters.
+        assert_eq!(samples, [(0, 130.0), (1, 80.0)]);
+        let expected = [false, true, false, false];
+        assert_eq!(barriers, [expected, expected].concat());
+    }
+
+    #[test]
+    fn period_timing_needs_a_block_of_two() {
+        let mut s = Sampler::new(plan(&[0, 1]), Timing::Period, 1);
+        assert_eq!(s.round_len(), 4);
+        let (samples, _) = round(&mut s, &mut 0, 0, |c, _| [10, 20][c]);
+        assert_eq!(samples, [(0, 10.0), (1, 20.0)]);
+    }
+
+    #[test]
+    fn a_block_of_one_measures_every_instance() {
+        let mut s = Sampler::new(plan(&[0, 1, 2]), Timing::Barrier, 1);
+        let (samples, barriers) = round(&mut s, &mut 0, 5, |c, _| [10, 20, 30][c]);
+        assert_eq!(samples, [(0, 10.0), (1, 20.0), (2, 30.0)]);
+        assert_eq!(barriers, [true, true, true]);
+    }
+
+    #[test]
+    fn rounds_follow_the_plan_and_estimates_come_from_samples() {
+        let mut s = Sampler::new(plan(&[0, 1]), Timing::Local, 2);
+        let mut clock = 0;
+        round(&mut s, &mut clock, 0, |c, _| [100, 50][c]);
+        let local = s.estimates(Filter::Robust { nu: 5.0 });
+        assert_eq!(
+            local.iter().map(|a| a.location).collect::<Vec<_>>(),
+            [100.0, 50.0]
+        );
+        assert_eq!(s.after_round(&local, false, 0.02), Next::Round);
+        assert_eq!(s.round_len(), 4, "a new round is scheduled");
+        // The leader's instances (1: 2 x 50 ticks) are not wasted; native's (2 x 100) are.
+        let share = s.wasted_share(300);
+        assert!((share - 200.0 / 300.0).abs() < 1e-9, "{share}");
+    }
+}
