@@ -66,6 +66,22 @@ pub struct Facts {
     pub bytes: i64,
 }
 
+impl Facts {
+    /// What requirements read, as text for a key's agreed identity: calls that share a search
+    /// (a size class, see `commtune_tune::classes`) must also share which codelets may run them,
+    /// so the exact bytes are not part of it, only whether they are too many.
+    pub fn agreed(&self) -> String {
+        format!(
+            "size={} intercomm={} commutative={} large_counts={} too_large={}",
+            self.size,
+            self.intercomm,
+            self.commutative,
+            self.counts_overflow_int,
+            self.bytes > MAX_CODELET_BYTES
+        )
+    }
+}
+
 /// One implementation of an operation `C` (a call record of src/mpi).
 pub struct Codelet<C: 'static> {
     pub name: &'static str,

@@ -15,6 +15,7 @@ use std::hash::Hasher;
 use std::sync::LazyLock;
 
 use commtune_report::Op;
+use commtune_tune::classes::size_class;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
@@ -451,6 +452,15 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         let _ = write!(signature, " ... ({} more)", ops.len() - 8);
     }
     let merge_key = format!("episode {ordinal}");
+    let mut class = FxHasher::default();
+    class.write_usize(site);
+    for op in ops {
+        class.write_u8(op.kind as u8);
+        class.write_i32(op.peer);
+        class.write_i32(op.tag);
+        class.write_u64(size_class((op.count * mpi::type_size(op.datatype)).max(0) as u64).0);
+        class.write_usize(op.comm.bits());
+    }
     Description {
         // Halo episodes are tuned per rank: nothing to agree on.
         agree: merge_key.clone(),
@@ -462,6 +472,7 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
             .filter(|o| o.peer != mpi::proc_null())
             .map(|o| (o.count * mpi::type_size(o.datatype)).max(0) as u64)
             .sum(),
+        class: Some(class.finish()),
         // Never described again: the ordinal above names the episode across ranks, and halo
         // codelets check their requirements message by message.
         handles: Vec::new(),

@@ -53,9 +53,14 @@ struct Search {
     misses: u32,
 }
 
-/// Keyed by the entry's address: entries live for the whole process.
-static TUNING: LazyLock<DashMap<usize, EpisodeTuner, FxBuildHasher>> =
+/// Keyed by the episode's size class (`Description::class`): episodes whose messages differ
+/// only a little in size share one search.
+static TUNING: LazyLock<DashMap<u64, EpisodeTuner, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
+
+fn class(entry: &Entry) -> u64 {
+    entry.description.class.unwrap_or(entry.id() as u64)
+}
 
 /// Runs of each codelet in a row per round.
 fn repeat() -> usize {
@@ -64,7 +69,7 @@ fn repeat() -> usize {
 
 /// The codelet the next instance of `entry` runs.
 pub fn choose(entry: &'static Entry) -> usize {
-    let Some(t) = TUNING.get(&entry.id()) else {
+    let Some(t) = TUNING.get(&class(entry)) else {
         return 0;
     };
     if let Some(winner) = t.production {
@@ -87,7 +92,7 @@ pub fn completed(
     ticks: u64,
     now: u64,
 ) -> Measured {
-    let mut t = TUNING.entry(entry.id()).or_default();
+    let mut t = TUNING.entry(class(entry)).or_default();
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
@@ -236,7 +241,7 @@ impl Search {
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
     TUNING
-        .get(&entry.id())
+        .get(&class(entry))
         .is_some_and(|t| t.production.is_some())
 }
 
@@ -244,7 +249,7 @@ pub fn is_settled(entry: &Entry) -> bool {
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
     let names = codelets::names(Op::Halo);
-    let Some(t) = TUNING.get(&entry.id()) else {
+    let Some(t) = TUNING.get(&class(entry)) else {
         return Progress {
             stage: Stage::Warmup,
             reason: Some(warmup_reason(0, warmup)),

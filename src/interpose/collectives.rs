@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_void};
 use std::hash::Hasher;
 
 use commtune_report::Op;
+use commtune_tune::classes::class_name;
 use rustc_hash::FxHasher;
 
 use super::dispatch;
@@ -113,14 +114,15 @@ impl Intercepted for Allreduce {
         );
         Description {
             agree: format!(
-                "bytes={} op={} comm_size={size}{in_place} {:?}",
-                self.bytes(),
+                "bytes={} op={} comm_size={size}{in_place} {}",
+                class_name(self.bytes()),
                 mpi::op_name(self.op),
-                self.facts()
+                self.facts().agreed()
             ),
             merge_key: signature.clone(),
             signature,
             bytes_per_call: self.bytes(),
+            class: None,
             handles: keys::freeable(self.comm, &[self.datatype], Some(self.op)),
         }
     }
@@ -201,13 +203,14 @@ impl Intercepted for Alltoall {
         );
         Description {
             agree: format!(
-                "block_bytes={} comm_size={size} {:?}",
-                self.recvcount * mpi::type_size(self.recvtype),
-                self.facts()
+                "block_bytes={} comm_size={size} {}",
+                class_name((self.recvcount * mpi::type_size(self.recvtype)).max(0) as u64),
+                self.facts().agreed()
             ),
             merge_key: signature.clone(),
             signature,
             bytes_per_call: self.bytes(i64::from(size)),
+            class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
         }
     }
@@ -292,9 +295,10 @@ impl Intercepted for Allgatherv {
             .collect();
         Description {
             agree: format!(
-                "recvbytes={} comm_size={size} {:?}",
-                summarize_counts(&bytes),
-                self.facts()
+                "recvbytes={} largest={} comm_size={size} {}",
+                class_name(bytes.iter().sum::<i64>().max(0) as u64),
+                class_name(bytes.iter().copied().max().unwrap_or(0).max(0) as u64),
+                self.facts().agreed()
             ),
             signature: format!(
                 "{} {merge_key}",
@@ -302,6 +306,7 @@ impl Intercepted for Allgatherv {
             ),
             merge_key,
             bytes_per_call: self.bytes(size),
+            class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
         }
     }

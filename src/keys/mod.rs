@@ -80,6 +80,10 @@ pub struct Description {
     pub agree: String,
     pub signature: String,
     pub bytes_per_call: u64,
+    /// Halo episodes (tuned per rank): the identity of the episodes that share one search, their
+    /// messages with bytes in size classes (`commtune_tune::classes`). None for collectives,
+    /// whose `agree` already has sizes in classes.
+    pub class: Option<u64>,
     /// The handles of the call whose meaning the description (above all `agree`) reads: when
     /// the application frees one, MPI may give its handle value to an object of another size or
     /// kind, so the key is described again at its next call.

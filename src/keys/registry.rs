@@ -167,6 +167,7 @@ pub(super) fn site_entry(
                         "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
                     ),
                     bytes_per_call: 0,
+                    class: None,
                     handles: Vec::new(),
                 },
                 true,
