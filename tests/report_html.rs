@@ -250,13 +250,10 @@ fn bundled_example_page() {
             assert!(loaded.dom.contains(&format!("fill=\"{colour}\"")), "{op}");
         }
     }
+    let share = |s: &Value| s["time"]["share"].as_f64().unwrap();
     let largest = sites(&report)
         .iter()
-        .max_by(|a, b| {
-            a["time"]["share"]
-                .as_f64()
-                .total_cmp(&b["time"]["share"].as_f64())
-        })
+        .max_by(|a, b| share(a).total_cmp(&share(b)))
         .unwrap();
     let (_, colour) = colours.iter().find(|(op, _)| largest["op"] == *op).unwrap();
     for colour in [colour, "#08306b"] {
