@@ -235,10 +235,28 @@ fn bundled_example_page() {
         .collect();
     assert_eq!(shown, alltoall);
 
-    // The plots are drawn: bars in each operation's colour, heat-map cells (the darkest is
-    // each row's largest), and the tuned site's phases.
+    // The plots are drawn: a bar in each operation's colour (a bar's length is its share of
+    // the run, so an operation of a tiny share is only in the page; the largest one spans its
+    // chart), heat-map cells (the darkest is each row's largest), and the tuned site's phases.
     let top = screenshot(&dir, &page, "", 1600);
-    for colour in ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#08306b"] {
+    let colours = [
+        ("allreduce", "#4e79a7"),
+        ("alltoall", "#f28e2b"),
+        ("allgatherv", "#59a14f"),
+        ("halo", "#b07aa1"),
+    ];
+    for (op, colour) in colours {
+        if sites(&report).iter().any(|s| s["op"] == op) {
+            assert!(loaded.dom.contains(&format!("fill=\"{colour}\"")), "{op}");
+        }
+    }
+    let share = |s: &Value| s["time"]["share"].as_f64().unwrap();
+    let largest = sites(&report)
+        .iter()
+        .max_by(|a, b| share(a).total_cmp(&share(b)))
+        .unwrap();
+    let (_, colour) = colours.iter().find(|(op, _)| largest["op"] == *op).unwrap();
+    for colour in [colour, "#08306b"] {
         assert!(
             count(&top, colour) > 100,
             "{colour}: {}",

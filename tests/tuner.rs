@@ -486,7 +486,7 @@ fn matching_calls_from_different_sites_are_tuned_together_mpich() {
 fn user_ops(flavour: Flavour, np: usize) {
     let dir = scratch(&format!("tuner_user_ops_{}", flavour.name()));
     let exe = compile(flavour, "user_ops.c", &dir);
-    let delays = all_but("allreduce", ALLREDUCE, "ring", "1ms").join(",");
+    let delays = all_but("allreduce", ALLREDUCE, "ring", "5ms").join(",");
     let job = run(flavour, np, &exe, &dir)
         .env("COMMTUNE_MODE", "tune")
         .env("COMMTUNE_INJECT_DELAY", &delays)
