@@ -34,7 +34,7 @@ fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes;
     let mut unit = 0;
-    while value >= 1024 && value % 1024 == 0 && unit + 1 < UNITS.len() {
+    while value >= 1024 && value.is_multiple_of(1024) && unit + 1 < UNITS.len() {
         value /= 1024;
         unit += 1;
     }
