@@ -130,7 +130,7 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_SAMPLES", "8", "an integer from 1 to 1000"),
     knob("COMMTUNE_BLOCK", "1", "an integer from 1 to 64"),
     knob("COMMTUNE_WARMUP", "3", "an integer from 1 to 1000000"),
-    knob("COMMTUNE_BUDGET", "1", "a fraction in (0, 1]"),
+    knob("COMMTUNE_BUDGET", "0.2", "a fraction in (0, 1]"),
     knob("COMMTUNE_MIN_GAIN", "0.02", "a fraction in [0, 1)"),
     knob("COMMTUNE_MINFACTOR_B", "3", "a number > 1"),
     knob("COMMTUNE_MINFACTOR_OUTLIERS", "0.2", "a fraction in [0, 1]"),

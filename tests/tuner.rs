@@ -37,6 +37,10 @@ const ALLGATHERV: &[&str] = &[
     "neighbor_exchange",
 ];
 
+/// These tests check how searches decide, so they search as soon as a key is warm: the default
+/// budget waits until a search can pay for itself (tested on its own below).
+const NO_LIMIT: &str = "1";
+
 /// COMMTUNE_INJECT_DELAY making `winner` the only codelet of `op` without `delay`.
 fn all_but(op: &str, codelets: &[&str], winner: &str, delay: &str) -> Vec<String> {
     codelets
@@ -63,6 +67,9 @@ fn tuned_loop(
     let mut job = run(flavour, np, &exe, &dir)
         .args(&[iterations])
         .env("COMMTUNE_MODE", "tune");
+    if !env.iter().any(|(k, _)| *k == "COMMTUNE_BUDGET") {
+        job = job.env("COMMTUNE_BUDGET", NO_LIMIT);
+    }
     for (k, v) in env {
         job = job.env(k, v);
     }
@@ -435,6 +442,7 @@ fn mismatch(flavour: Flavour, np: usize) {
     let job = run(flavour, np, &exe, &dir)
         .args(&["200"])
         .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", NO_LIMIT)
         .go();
     job.assert_success();
     assert!(job.stdout().contains("mismatch: results correct"));
@@ -489,6 +497,7 @@ fn user_ops(flavour: Flavour, np: usize) {
     let delays = all_but("allreduce", ALLREDUCE, "ring", "5ms").join(",");
     let job = run(flavour, np, &exe, &dir)
         .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", NO_LIMIT)
         .env("COMMTUNE_INJECT_DELAY", &delays)
         .go();
     job.assert_success();
@@ -519,17 +528,18 @@ fn requirements_hold_for_calls_tuned_together_mpich() {
 
 #[test]
 fn budget_stops_a_costly_search_early_with_the_best_so_far() {
-    // Every codelet but ring costs 20 ms more: after the first round far more than 5 % of the
-    // key's time went to losing codelets, so the search ends there with ring.
+    // Every codelet but ring costs 20 ms more, native in warm-up too (about 190 calls before the
+    // search pays for itself: some 4 s): after the first round 3 % of the key's expected time
+    // went to losing codelets, three times the budget, so the search ends there with ring.
     let delays = all_but("allreduce", ALLREDUCE, "ring", "20ms").join(",");
     let job = tuned_loop(
         OpenMpi,
         4,
         "budget",
-        "60",
+        "300",
         &[
             ("COMMTUNE_SEARCH", "brute"),
-            ("COMMTUNE_BUDGET", "0.05"),
+            ("COMMTUNE_BUDGET", "0.01"),
             ("COMMTUNE_INJECT_DELAY", &delays),
         ],
     );
@@ -537,6 +547,34 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
     assert_eq!(t["rounds"], 1, "{t:#}");
     assert_eq!(t["winner"], "ring", "{t:#}");
     assert_eq!(t["search_instances"], ALLREDUCE.len() as u64);
+}
+
+#[test]
+fn a_search_that_cannot_pay_for_itself_does_not_start() {
+    // 40 calls of each collective: far fewer to come than a search's instances.
+    let job = tuned_loop(
+        OpenMpi,
+        2,
+        "do_no_harm",
+        "40",
+        &[("COMMTUNE_BUDGET", "0.2")],
+    );
+    let report = job.report();
+    for marker in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"] {
+        let site = loop_site(&report, marker);
+        let t = tuning(site);
+        assert_eq!(t["phase"], "warmup", "{marker}: {t:#}");
+        assert_eq!(t["search_instances"], 0);
+        assert!(
+            t["reason"].as_str().unwrap().contains("not searched yet"),
+            "{t:#}"
+        );
+        assert_eq!(
+            site["codelets"].as_object().unwrap().len(),
+            1,
+            "native only"
+        );
+    }
 }
 
 /// Calls that differ on one rank only (a datatype handle per call, local displacements) are one
@@ -548,6 +586,7 @@ fn local_variants(flavour: Flavour, np: usize) {
     let job = run(flavour, np, &exe, &dir)
         .args(&["400"])
         .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", NO_LIMIT)
         .go();
     job.assert_success();
     assert!(job.stdout().contains("local_variants: results correct"));

@@ -205,7 +205,8 @@ fn linked(
     epoch: u64,
 ) -> &'static Tuner {
     let agree_hash = key.agree_hash();
-    let tuner = lock(&slot.state).key(agree_hash, epoch);
+    let now = slot.record.collectives.load(Ordering::Relaxed);
+    let tuner = lock(&slot.state).key(agree_hash, epoch, now);
     link.current
         .set(Box::leak(Box::new(Linked { agree_hash, tuner })));
     if !entry.is_folded() {

@@ -3,8 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
+use commtune_tune::budget;
 use commtune_tune::check::Prediction;
-use commtune_tune::sampling::{Sampler, Turn};
+use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
 
@@ -38,7 +39,16 @@ pub(super) fn checkpoint<C: Operation>(
             Err(_) => return at.slot.disable(comm),
         },
     };
-    let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
+    let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup && {
+        let instances = search_instances(at);
+        let worth =
+            settings.budget >= 1.0 || budget::worth_searching(at.k, at.tuner.born, at.n, instances);
+        key.not_worth = (!worth).then(|| {
+            let remaining = budget::remaining_calls(at.k, at.tuner.born, at.n);
+            (instances, remaining)
+        });
+        worth
+    };
     match consensus::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
         Ok(consensus::Checkpoint::Agreed) => {
             comm.interval = MIN_INTERVAL;
@@ -64,16 +74,11 @@ pub(super) fn checkpoint<C: Operation>(
     at.slot.schedule_check(comm, at.n);
 }
 
-/// Starts (or restarts) the search of the key at this call; false when only native can run the
-/// call (the key then settles on native).
-pub(super) fn start_search<C: Operation>(
-    at: &SlowCall<C>,
-    comm: &mut CommTunerState,
-    key: &mut TunerState,
-) -> bool {
+/// The codelets that may run `call` and the tuner may try.
+fn candidates<C: Operation>(call: &C) -> Vec<Candidate> {
     let config = runtime::config();
-    let facts = at.call.facts();
-    let candidates: Vec<Candidate> = C::codelets()
+    let facts = call.facts();
+    C::codelets()
         .iter()
         .enumerate()
         .filter(|(i, c)| c.unmet(&facts).is_none() && !config.excluded(C::OP, *i))
@@ -82,7 +87,29 @@ pub(super) fn start_search<C: Operation>(
             partners: c.attributes.partners,
             collectives: c.attributes.uses_collectives,
         })
-        .collect();
+        .collect()
+}
+
+/// The instances a search of the key at this call runs at most.
+fn search_instances<C: Operation>(at: &SlowCall<C>) -> u64 {
+    let settings = runtime::config().tuning;
+    sampling::search_instances(
+        candidates(at.call).len(),
+        settings.timing,
+        settings.block as usize,
+        settings.samples,
+    )
+}
+
+/// Starts (or restarts) the search of the key at this call; false when only native can run the
+/// call (the key then settles on native).
+pub(super) fn start_search<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+) -> bool {
+    let config = runtime::config();
+    let candidates = candidates(at.call);
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
         let production = Phase::Production(Production::new(0, None));
@@ -142,7 +169,14 @@ pub(super) fn search_step<C>(
             Turn::RoundEnd => {}
         }
         let local = s.estimates(settings.filter);
-        let wasted = s.wasted_share(key.ticks);
+        // The budget is a share of the key's expected time over the run: what it took so far
+        // and the calls to come at the best estimate.
+        let best = local
+            .iter()
+            .map(|a| a.location)
+            .fold(f64::INFINITY, f64::min);
+        let to_come = budget::remaining_calls(k, tuner.born, n) * best;
+        let wasted = s.wasted_share(key.ticks as f64 + to_come.max(0.0));
         let next = match comm.private.map(|p| consensus::round(&p, &local, wasted)) {
             Some(Ok((agreed, worst_wasted))) => {
                 trace(entry, || {

@@ -83,14 +83,15 @@ impl CommTunerState {
         self.active.is_some_and(|(t, _)| std::ptr::eq(t, tuner))
     }
 
-    /// The tuner of the key with agreed identity `agree_hash` in epoch `epoch`.
-    pub fn key(&mut self, agree_hash: u64, epoch: u64) -> &'static Tuner {
+    /// The tuner of the key with agreed identity `agree_hash` in epoch `epoch`, first called at
+    /// instance `now` of the communicator.
+    pub fn key(&mut self, agree_hash: u64, epoch: u64, now: u64) -> &'static Tuner {
         if let Some(t) = self.keys.get(&agree_hash) {
             return t;
         }
         if self.keys.len() >= MAX_KEYS {
             return self.overflow.get_or_insert_with(|| {
-                let t: &'static Tuner = Box::leak(Box::new(Tuner::new(epoch)));
+                let t: &'static Tuner = Box::leak(Box::new(Tuner::new(epoch, now)));
                 let mut key = lock(&t.state);
                 key.reason =
                     Some("more distinct calls on this communicator than the tuner keeps apart");
@@ -101,7 +102,7 @@ impl CommTunerState {
         }
         self.keys
             .entry(agree_hash)
-            .or_insert_with(|| Box::leak(Box::new(Tuner::new(epoch))))
+            .or_insert_with(|| Box::leak(Box::new(Tuner::new(epoch, now))))
     }
 }
 
@@ -178,8 +179,10 @@ pub struct Linked {
 
 /// A key's tuner: what the settled path reads without a lock, and the rest under one.
 pub struct Tuner {
-    /// The communicator epoch this state belongs to.
+    /// The communicator epoch this state belongs to, and the communicator instance of the key's
+    /// first call in it.
     pub epoch: u64,
+    pub born: u64,
     /// Calls of the key in this epoch.
     pub instances: AtomicU64,
     /// The codelet every call runs from now on, plus one (0: not settled, take the slow path).
@@ -192,9 +195,10 @@ pub struct Tuner {
 }
 
 impl Tuner {
-    fn new(epoch: u64) -> Tuner {
+    fn new(epoch: u64, born: u64) -> Tuner {
         Tuner {
             epoch,
+            born,
             instances: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             drift_at: AtomicU64::new(u64::MAX),
@@ -281,6 +285,9 @@ pub struct TunerState {
     /// checkpoints at this key where not every rank was ready at it.
     pub waited: u64,
     pub partial: u32,
+    /// The latest checkpoint that found a search would not pay for itself yet: the search's
+    /// instances at most, and the calls expected to remain.
+    pub not_worth: Option<(u64, f64)>,
     /// What the key ran when, for the report.
     pub timeline: Timeline,
     /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING.
@@ -293,6 +300,15 @@ pub struct TunerState {
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
 fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
+    if let Some((instances, remaining)) = key.not_worth {
+        return format!(
+            "not searched yet: a search takes up to {instances} calls of mostly slower codelets, \
+             and about {remaining:.0} more calls are expected (as many as so far, at this call's \
+             rate), fewer than {} times the search's; a search starts when the run has gone on \
+             long enough to pay for it",
+            commtune_tune::budget::COST_OVER_GAIN
+        );
+    }
     let detail = if key.waited > 0 {
         format!(
             "another call of this communicator was being searched during {} of its {calls} \

@@ -5,6 +5,7 @@
 //! - `stats`: estimators of a codelet's typical time from one rank's samples.
 //! - `policy`: search policies (which codelets stay in the race after a round, when to decide).
 //! - `settings`: the tuner's knobs as values, and how samples are timed.
+//! - `budget`: do no harm, whether a key's search can pay for itself.
 //! - `classes`: size classes, so that calls of slightly different sizes share a search.
 //! - `check`: the self-check of a decision against the winner's realised time.
 //! - `sampling`: what a search sample is (blocks of instances) and the order of a search.
@@ -16,6 +17,7 @@
 //!   same way for every tuner.
 
 pub mod attributes;
+pub mod budget;
 pub mod check;
 pub mod classes;
 pub mod edges;

@@ -16,6 +16,23 @@ use crate::policy::{Agreed, Next, Plan};
 use crate::settings::Timing;
 use crate::stats::{Filter, Samples};
 
+/// The instances a block runs with `timing` when COMMTUNE_BLOCK is `block`.
+fn block_for(timing: Timing, block: usize) -> usize {
+    match timing {
+        Timing::Period => block.max(2),
+        Timing::Local | Timing::Barrier => block.max(1),
+    }
+}
+
+/// The instances a search of `candidates` codelets runs at most (none with one candidate: only
+/// native applies, nothing to search).
+pub fn search_instances(candidates: usize, timing: Timing, block: usize, samples: u32) -> u64 {
+    if candidates <= 1 {
+        return 0;
+    }
+    (candidates * block_for(timing, block)) as u64 * u64::from(samples.max(1))
+}
+
 /// One key's search: the policy's plan and the samples its instances give.
 #[derive(Debug)]
 pub struct Sampler {
@@ -61,10 +78,7 @@ impl Sampler {
     /// A search under `plan`, each candidate run `block` instances in a row per round (period
     /// timing needs two: one to discard, one to measure).
     pub fn new(plan: Plan, timing: Timing, block: usize) -> Sampler {
-        let block = match timing {
-            Timing::Period => block.max(2),
-            Timing::Local | Timing::Barrier => block.max(1),
-        };
+        let block = block_for(timing, block);
         let mut sampler = Sampler {
             plan,
             timing,
@@ -170,8 +184,9 @@ impl Sampler {
             .collect()
     }
 
-    /// Share of `key_ticks` (all the key's timed calls) spent on codelets other than the leader.
-    pub fn wasted_share(&self, key_ticks: u64) -> f64 {
+    /// Share of `key_ticks` (the key's expected time over the run) spent on codelets other than
+    /// the leader.
+    pub fn wasted_share(&self, key_ticks: f64) -> f64 {
         let leader = self
             .plan
             .estimates
@@ -184,10 +199,10 @@ impl Sampler {
             .filter(|(i, _)| Some(*i) != leader)
             .map(|(_, t)| t)
             .sum();
-        if key_ticks == 0 {
-            0.0
+        if key_ticks > 0.0 {
+            wasted as f64 / key_ticks
         } else {
-            wasted as f64 / key_ticks as f64
+            0.0
         }
     }
 
@@ -301,7 +316,7 @@ mod tests {
         assert_eq!(s.after_round(&local, false, 0.02), Next::Round);
         assert_eq!(s.round_len(), 4, "a new round is scheduled");
         // The leader's instances (1: 2 x 50 ticks) are not wasted; native's (2 x 100) are.
-        let share = s.wasted_share(300);
+        let share = s.wasted_share(300.0);
         assert!((share - 200.0 / 300.0).abs() < 1e-9, "{share}");
     }
 }

@@ -64,7 +64,9 @@ pub struct Settings {
     pub block: u32,
     /// Calls of a key before it may be tuned.
     pub warmup: u64,
-    /// Largest share of a key's time the search may spend on codelets that are not the best.
+    /// Largest share of a key's expected time over the run that the search may spend on
+    /// codelets that are not the best; below 1, a key is searched only when the calls expected
+    /// to come can pay for the search (`budget`). 1: no limit.
     pub budget: f64,
     /// A codelet must beat native by more than this fraction of native's time.
     pub min_gain: f64,
@@ -83,7 +85,7 @@ impl Default for Settings {
             samples: 8,
             block: 1,
             warmup: 3,
-            budget: 1.0,
+            budget: 0.2,
             min_gain: 0.02,
             drift_interval: 256,
             drift_threshold: 0.5,
