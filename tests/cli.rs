@@ -362,3 +362,18 @@ fn codelets_lists_every_operation_from_the_library() {
     assert!(out.status.success());
     assert!(table.contains("ring                 pair      no           an intra-communicator, a commutative operation"), "{table}");
 }
+
+#[test]
+fn a_reader_that_stops_early_is_no_error() {
+    // `commtune codelets | head -1`: the pipe closes before the table is written.
+    let mut child = commtune(&["codelets"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("commtune runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -235,6 +235,8 @@ fn tuned_stencil(flavour: Flavour, np: usize, case: &str, timing: &str, dir: &Pa
         let job = run(flavour, np, &program, dir)
             .args(&args)
             .env("COMMTUNE_MODE", "tune")
+            // Search as soon as warm: the run is too short for the search to pay for itself.
+            .env("COMMTUNE_BUDGET", "1")
             .env("COMMTUNE_HALO_NEIGHBOR", "on")
             .env("COMMTUNE_TIMING", timing)
             .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
@@ -304,6 +306,35 @@ fn tuned_halo_site(name: &str, np: usize, args: &str) -> Value {
         .go();
     job.assert_success();
     halo_site(&job.report()).clone()
+}
+
+/// Do no harm: 40 exchanges of 10 ms (every halo codelet delayed) are far fewer than twice a
+/// search's instances, and about as many are expected to come: the exchange stays native.
+#[test]
+fn a_halo_search_that_cannot_pay_for_itself_does_not_start() {
+    let dir = scratch("halo-do-no-harm");
+    let program = compile(OpenMpi, "stencil.c", &dir);
+    let delays: Vec<String> = CODELETS.iter().map(|c| format!("halo:{c}=10ms")).collect();
+    let job = run(OpenMpi, 2, &program, &dir)
+        .args(&["2", "8", "1", "1", "40", "waitall", "none"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .go();
+    job.assert_success();
+    let site = halo_site(&job.report()).clone();
+    let tuning = &site["tuning"];
+    assert_eq!(tuning["phase"], "warmup", "{site:#}");
+    assert!(
+        tuning["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not searched yet"),
+        "{site:#}"
+    );
+    assert_eq!(
+        codelet_calls(&site, "native"),
+        site["calls"].as_u64().unwrap()
+    );
 }
 
 /// On one rank without periodic boundaries every message goes to MPI_PROC_NULL: no codelet but

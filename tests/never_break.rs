@@ -22,6 +22,8 @@ fn tuned(flavour: Flavour, np: usize, program: &str, args: &[&str], env: &[(&str
         let mut job = run(flavour, np, &exe, &dir)
             .args(args)
             .env("COMMTUNE_MODE", "tune")
+            // Search every call as soon as it is warm (no do-no-harm wait): the most switching.
+            .env("COMMTUNE_BUDGET", "1")
             .env("COMMTUNE_HALO_NEIGHBOR", neighbor);
         for (k, v) in env {
             job = job.env(k, v);

@@ -18,7 +18,8 @@ use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::agreement;
-use commtune_tune::report::{Progress, Stage, warmup_reason};
+use commtune_tune::budget;
+use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::stats::Samples;
 use commtune_tune::timeline::{Mark, Timeline};
 use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
@@ -26,7 +27,7 @@ use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
 use crate::codelets;
 use crate::codelets::halo::{CODELETS, NEIGHBOR};
 use crate::keys::{Entry, Measured};
-use crate::runtime;
+use crate::{clock, runtime};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -43,6 +44,31 @@ struct EpisodeTuner {
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
     timeline: Timeline,
+    /// Nanoseconds into the run of the first instance, and the latest check that found a search
+    /// would not pay for itself yet (its instances, the instances expected to come).
+    born: Option<u64>,
+    not_worth: Option<(u64, f64)>,
+}
+
+/// Nanoseconds since this process initialised MPI.
+fn run_ns() -> u64 {
+    let start = runtime::process().map_or(0, |p| p.start_ns);
+    clock::monotonic_ns().saturating_sub(start)
+}
+
+/// Do no harm (`commtune_tune::budget`), per rank: the instances to come are estimated from the
+/// class's rate since its first instance and the run's time so far.
+fn worth_searching(t: &mut EpisodeTuner, born: u64) -> bool {
+    let settings = runtime::config().tuning;
+    if settings.budget >= 1.0 {
+        return true;
+    }
+    let candidates = Search::candidates().len();
+    let instances = candidates as u64 * repeat() as u64 * u64::from(settings.samples);
+    let now = run_ns();
+    let worth = budget::worth_searching(t.instances, born, now, instances);
+    t.not_worth = (!worth).then(|| (instances, budget::remaining_calls(t.instances, born, now)));
+    worth
 }
 
 struct Search {
@@ -111,7 +137,8 @@ pub fn completed(
         return Measured::Sample;
     }
     let Some(search) = &mut t.search else {
-        if t.instances >= runtime::config().tuning.warmup {
+        let born = *t.born.get_or_insert_with(run_ns);
+        if t.instances >= runtime::config().tuning.warmup && worth_searching(t, born) {
             t.search = Some(Search::new());
             t.timeline.push(Mark::Search {
                 call: t.instances + 1,
@@ -181,18 +208,27 @@ pub fn completed(
 }
 
 impl Search {
-    fn new() -> Search {
+    /// The halo codelets a search tries (`neighbor` is tried by agreement, see `agreement`).
+    fn candidates() -> Vec<Candidate> {
         let config = runtime::config();
-        let candidates = (0..CODELETS.len())
+        (0..CODELETS.len())
             .filter(|&c| c == 0 || (c != NEIGHBOR && !config.excluded(Op::Halo, c)))
             .map(|index| Candidate {
                 index,
                 partners: Partners::Pair,
                 collectives: false,
             })
-            .collect();
+            .collect()
+    }
+
+    fn new() -> Search {
+        let config = runtime::config();
         Search {
-            plan: Plan::new(config.tuning.search, candidates, config.tuning.samples),
+            plan: Plan::new(
+                config.tuning.search,
+                Search::candidates(),
+                config.tuning.samples,
+            ),
             step: 0,
             samples: Samples::default(),
             misses: 0,
@@ -269,7 +305,12 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     };
     Progress {
         stage,
-        reason: (stage == Stage::Warmup).then(|| warmup_reason(t.instances, warmup)),
+        reason: (stage == Stage::Warmup).then(|| match t.not_worth {
+            Some((instances, remaining)) if t.instances >= warmup => {
+                not_worth_reason(instances, remaining)
+            }
+            _ => warmup_reason(t.instances, warmup),
+        }),
         plan: t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref()),
         search_instances: t.search_instances,
         searches: u32::from(t.search.is_some() || t.decided.is_some()),

@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use commtune_report::SelfCheck;
 use commtune_report::TuningData;
 use commtune_tune::check::Prediction;
-use commtune_tune::report::{Progress, Stage, warmup_reason};
+use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
 use commtune_tune::{Plan, Timing};
@@ -301,13 +301,7 @@ pub struct TunerState {
 /// Why a key that repeated enough is still in warm-up, and what changes it.
 fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
     if let Some((instances, remaining)) = key.not_worth {
-        return format!(
-            "not searched yet: a search takes up to {instances} calls of mostly slower codelets, \
-             and about {remaining:.0} more calls are expected (as many as so far, at this call's \
-             rate), fewer than {} times the search's; a search starts when the run has gone on \
-             long enough to pay for it",
-            commtune_tune::budget::COST_OVER_GAIN
-        );
+        return not_worth_reason(instances, remaining);
     }
     let detail = if key.waited > 0 {
         format!(

@@ -185,8 +185,7 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
     let plan = inject::plan(detection.launcher, &args.command, &vars, srun_mpi);
 
     if args.dry_run {
-        print!("{}", describe(&detection, &library, &plan));
-        return Ok(());
+        return emit(&describe(&detection, &library, &plan));
     }
     let verbose = vars
         .iter()
@@ -252,11 +251,23 @@ fn codelets(args: &CodeletsArgs) -> Result<(), Failure> {
         .map_err(|m| Failure::new(2, m))?;
     let catalogue = catalogue::load(&library).map_err(|m| Failure::new(2, m))?;
     if args.json {
-        println!("{catalogue:#}");
+        emit(&format!("{catalogue:#}\n"))
     } else {
-        print!("{}", catalogue::table(&catalogue));
+        emit(&catalogue::table(&catalogue))
     }
-    Ok(())
+}
+
+/// Writes `text` to standard output. A reader that stops early (`| head`) is no error: Rust
+/// ignores SIGPIPE, so print! would panic instead of ending quietly as other tools do.
+fn emit(text: &str) -> Result<(), Failure> {
+    use std::io::{ErrorKind, Write};
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != ErrorKind::BrokenPipe => Err(Failure::new(
+            1,
+            format!("cannot write to standard output: {e}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {
@@ -285,7 +296,7 @@ fn report(args: &ReportArgs) -> Result<(), Failure> {
     match (&args.html, page) {
         (Some(out), Some(page)) => std::fs::write(out, page)
             .map_err(|e| Failure::new(1, format!("cannot write {}: {e}", out.display())))?,
-        _ => print!("{text}"),
+        _ => emit(&text)?,
     }
     Ok(())
 }
