@@ -54,6 +54,9 @@ pub struct Config {
     pub delays: Vec<Delay>,
     /// Whether tuning may try the halo codelet `neighbor`, COMMTUNE_HALO_NEIGHBOR.
     pub halo_neighbor: bool,
+    /// Where each rank writes the instances of its tuned keys (`PREFIX.RANK.tsv`),
+    /// COMMTUNE_TRACE.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             tuning: Settings::default(),
             delays: Vec::new(),
             halo_neighbor: false,
+            trace: None,
         }
     }
 }
@@ -141,6 +145,11 @@ pub const KNOBS: &[Knob] = &[
         "an integer from 16 to 1000000000",
     ),
     knob("COMMTUNE_DRIFT_THRESHOLD", "0.5", "a number > 0"),
+    knob(
+        "COMMTUNE_TRACE",
+        "(none)",
+        "a path prefix: each rank writes PREFIX.RANK.tsv",
+    ),
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
@@ -223,6 +232,10 @@ where
                 set(&mut t.drift_interval, number(value, 16, 1_000_000_000))
             }
             "COMMTUNE_DRIFT_THRESHOLD" => set(&mut t.drift_threshold, real(value, |v| v > 0.0)),
+            "COMMTUNE_TRACE" => set(
+                &mut config.trace,
+                (!value.is_empty()).then(|| Some(PathBuf::from(value))),
+            ),
             "COMMTUNE_INJECT_DELAY" => {
                 config.delays = delays(value, names, &mut problems);
                 true
@@ -452,6 +465,7 @@ mod tests {
             ("COMMTUNE_SAMPLES", "12"),
             ("COMMTUNE_BUDGET", "0.3"),
             ("COMMTUNE_HALO_NEIGHBOR", "on"),
+            ("COMMTUNE_TRACE", "/tmp/t"),
             ("PATH", "/bin"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
@@ -470,6 +484,7 @@ mod tests {
         assert_eq!(c.tuning.samples, 12);
         assert_eq!(c.tuning.budget, 0.3);
         assert!(c.halo_neighbor);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         let (c, _) = parse([("COMMTUNE_REPORT", "none")]);
         assert_eq!(c.report, ReportTarget::Disabled);
     }

@@ -22,6 +22,7 @@ mod consensus;
 mod drift;
 mod search;
 mod state;
+mod trace;
 
 use std::any::Any;
 use std::ffi::c_int;
@@ -102,11 +103,12 @@ struct SlowCall<'c, C> {
 }
 
 /// How call `k` of a settled key is measured, with the window before its next drift check
-/// starting at call `window_at`: the window is timed whole, otherwise one call in eight.
+/// starting at call `window_at`: the window is timed whole, otherwise one call in eight (every
+/// call when COMMTUNE_TRACE records them, so that none is estimated).
 fn sampled(k: u64, window_at: u64) -> Measure {
     if k >= window_at {
         Measure::Window
-    } else if k % SAMPLE_EVERY == 1 {
+    } else if k % SAMPLE_EVERY == 1 || trace::on() {
         // The first call too: a key called fewer than eight times still has a time.
         Measure::Sample
     } else {
@@ -174,6 +176,15 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
             step.measure.kind(),
         );
         measured(tuner, &step, start, call_start, end);
+        if trace::on() {
+            let kind = match step.measure {
+                Measure::Search => trace::Kind::Search,
+                _ if tuner.settled.load(Ordering::Relaxed) != 0 => trace::Kind::Production,
+                _ => trace::Kind::Warmup,
+            };
+            let hash = key.agree_hash();
+            trace::record::<C>(entry, hash, k, step.codelet, kind, start, call_start, end);
+        }
     } else {
         entry.count(step.codelet);
     }
@@ -204,6 +215,7 @@ fn linked(
     slot: &CommTuner,
     epoch: u64,
 ) -> &'static Tuner {
+    trace::arm();
     let agree_hash = key.agree_hash();
     let now = slot.record.collectives.load(Ordering::Relaxed);
     let tuner = lock(&slot.state).key(agree_hash, epoch, now);

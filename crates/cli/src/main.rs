@@ -6,6 +6,7 @@ mod flavour;
 mod inject;
 mod launcher;
 mod library;
+mod simulate;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,56 @@ enum Cmd {
     Report(ReportArgs),
     /// List the codelets of each operation with their attributes and requirements
     Codelets(CodeletsArgs),
+    /// Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, without MPI
+    #[command(long_about = SIMULATE_ABOUT)]
+    Simulate(SimulateArgs),
+}
+
+const SIMULATE_ABOUT: &str = "Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, \
+without MPI.
+
+Each key of the traces becomes a model: every codelet's steady instances (what one call costs \
+the application, per rank) and the first instances after a switch. A replay runs --calls calls \
+of the key through the tuner's own search code under one configuration and prints the decision \
+(the most common over --replicas seeded replays), the instances searched, the regret (the run's \
+time over the best codelet's alone) and the decision's predicted and realised time per call. \
+Without options the grid is search x timing x filter x block in {1,2,4} x samples in {2,4,8}; \
+each option takes a comma list. `*` marks the library's defaults. With several keys a summary \
+of median regrets follows. Give every rank's file of a run (PREFIX.RANK.tsv).";
+
+#[derive(Args)]
+struct SimulateArgs {
+    /// Trace files (PREFIX.RANK.tsv, every rank's of a run)
+    #[arg(required = true, value_name = "TRACE")]
+    files: Vec<PathBuf>,
+
+    /// Calls of the key in the replayed run
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    calls: u64,
+
+    /// Search policies (brute, attributes, racing)
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    search: Vec<String>,
+
+    /// Timings (local, barrier, period)
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    timing: Vec<String>,
+
+    /// Estimators (minfactor, iqr, robust)
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    filter: Vec<String>,
+
+    /// Instances per sample
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    block: Vec<u32>,
+
+    /// Samples per codelet at most
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    samples: Vec<u32>,
+
+    /// Replays per configuration (seeds 1..=R)
+    #[arg(long, default_value_t = 5, value_name = "R")]
+    replicas: u64,
 }
 
 #[derive(Args)]
@@ -147,6 +198,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(&args),
         Cmd::Report(args) => report(&args),
         Cmd::Codelets(args) => codelets(&args),
+        Cmd::Simulate(args) => simulate(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -268,6 +320,31 @@ fn emit(text: &str) -> Result<(), Failure> {
         )),
         _ => Ok(()),
     }
+}
+
+fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
+    let options = simulate::options(
+        &args.search,
+        &args.timing,
+        &args.filter,
+        &args.block,
+        &args.samples,
+        args.calls,
+        args.replicas,
+    )
+    .map_err(|m| Failure::new(2, m))?;
+    let files = args
+        .files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| Failure::new(1, format!("cannot read {}: {e}", f.display())))?;
+            Ok((f.display().to_string(), text))
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    let text = simulate::text(files, &options).map_err(|m| Failure::new(1, m))?;
+    print!("{text}");
+    Ok(())
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {

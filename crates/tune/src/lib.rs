@@ -15,6 +15,8 @@
 //!   collective.
 //! - `report`, `timeline`: the report's view of a key's tuning and of what it ran when, built the
 //!   same way for every tuner.
+//! - `trace`, `simulate`: the traces COMMTUNE_TRACE writes, and a replay of a tuned run from them
+//!   under any settings (decision, instances searched, regret against the best codelet).
 
 pub mod attributes;
 pub mod budget;
@@ -26,8 +28,10 @@ pub mod report;
 pub mod sampling;
 pub mod schedule;
 pub mod settings;
+pub mod simulate;
 pub mod stats;
 pub mod timeline;
+pub mod trace;
 
 pub use attributes::{Attributes, Partners};
 pub use policy::{Agreed, Candidate, Next, Plan, Search};
