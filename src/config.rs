@@ -131,7 +131,7 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_SEARCH", "attributes", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
     knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
-    knob("COMMTUNE_SAMPLES", "8", "an integer from 1 to 1000"),
+    knob("COMMTUNE_SAMPLES", "4", "an integer from 1 to 1000"),
     knob("COMMTUNE_BLOCK", "1", "an integer from 1 to 64"),
     knob("COMMTUNE_WARMUP", "3", "an integer from 1 to 1000000"),
     knob("COMMTUNE_BUDGET", "0.2", "a fraction in (0, 1]"),

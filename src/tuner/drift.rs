@@ -6,8 +6,7 @@
 //! strikes in a row.
 
 use commtune_report::SelfCheck;
-use commtune_tune::Timing;
-use commtune_tune::check::{Prediction, Verdict};
+use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{search_step, start_search, trace};
@@ -36,7 +35,7 @@ pub(super) fn drift_check<C: Operation>(
     if p.baseline.is_none()
         && let Some(predicted) = p.predicted
     {
-        let realised = realised(p, predicted.timing, clock::now());
+        let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let realised = consensus::realised(&comm.private?, realised).ok()?;
         if let Some(step) = self_check(at, comm, key, predicted, realised) {
             return Some(step);
@@ -83,22 +82,6 @@ fn drift_ratio(p: &mut Production) -> f64 {
             1.0
         }
     }
-}
-
-/// This rank's time per call in the window, measured as the search measured its samples.
-fn realised(p: &Production, timing: Timing, now: u64) -> f64 {
-    match (timing, p.window_start) {
-        (Timing::Period, Some(start)) if !p.window.is_empty() => {
-            now.saturating_sub(start) as f64 / p.window.len() as f64
-        }
-        _ => median(&p.window),
-    }
-}
-
-fn median(window: &[u64]) -> f64 {
-    let mut sorted = window.to_vec();
-    sorted.sort_unstable();
-    sorted.get(sorted.len() / 2).map_or(0.0, |&t| t as f64)
 }
 
 /// Checks the decision against `realised` (agreed, ticks per call); returns the search step

@@ -189,14 +189,16 @@ fn file_text(trace: &Trace, process: &runtime::Process) -> String {
     let _ = writeln!(out, "# mpi {}", process.mpi);
     let _ = writeln!(
         out,
-        "# settings search={:?} timing={} filter={:?} samples={} block={} warmup={} min_gain={}",
+        "# settings search={:?} timing={} filter={:?} samples={} block={} warmup={} min_gain={} \
+         budget={}",
         t.search,
         t.timing.name(),
         t.filter,
         t.samples,
         t.block,
         t.warmup,
-        t.min_gain
+        t.min_gain,
+        t.budget
     );
     for ops in &trace.ops {
         let _ = write!(out, "# codelets\t{}", ops.op.name());

@@ -39,6 +39,22 @@ impl Verdict {
     }
 }
 
+/// One rank's realised time per call over a window of production calls, measured as a search
+/// with `timing` measured its samples: `period`, from the window's first call (`start`) to the
+/// call after it (`now`), per call; otherwise the median of the calls' `durations`.
+pub fn realised(timing: Timing, start: Option<u64>, durations: &[u64], now: u64) -> f64 {
+    match (timing, start) {
+        (Timing::Period, Some(start)) if !durations.is_empty() => {
+            now.saturating_sub(start) as f64 / durations.len() as f64
+        }
+        _ => {
+            let mut sorted = durations.to_vec();
+            sorted.sort_unstable();
+            sorted.get(sorted.len() / 2).map_or(0.0, |&t| t as f64)
+        }
+    }
+}
+
 impl Prediction {
     /// Judges the decision from its `realised` time (agreed like the estimates), when `wrong`
     /// earlier decisions of the key were found wrong.
@@ -93,6 +109,14 @@ mod tests {
         };
         assert_eq!(period.judge(23.0, 0.02, 0), Verdict::Reopen(Timing::Local));
         assert_eq!(native.judge(23.0, 0.02, 1), Verdict::Native);
+    }
+
+    #[test]
+    fn realised_time_is_measured_as_the_search_measured() {
+        let durations = [10, 30, 20];
+        assert_eq!(realised(Timing::Local, Some(100), &durations, 250), 20.0);
+        assert_eq!(realised(Timing::Period, Some(100), &durations, 250), 50.0);
+        assert_eq!(realised(Timing::Period, None, &[], 250), 0.0);
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Default for Settings {
             search: Search::Attributes,
             filter: Filter::Robust { nu: 5.0 },
             timing: Timing::Local,
-            samples: 8,
+            samples: 4,
             block: 1,
             warmup: 3,
             budget: 0.2,

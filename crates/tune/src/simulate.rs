@@ -40,9 +40,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::{Prediction, Verdict};
+use crate::budget;
+use crate::check::{self, Prediction, Verdict};
 use crate::policy::{Agreed, Candidate, Next, Plan, Search};
-use crate::sampling::{Sampler, Turn};
+use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
 use crate::stats::Filter;
 use crate::trace::{Kind, Record, Trace};
@@ -827,6 +828,14 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         )
     };
     let start_at = settings.warmup.max(FIRST_CHECKPOINT) + 1;
+    // Do no harm as src/tuner/search.rs `checkpoint`: the key is its communicator's only one.
+    let instances = sampling::search_instances(
+        candidates.len(),
+        settings.timing,
+        settings.block as usize,
+        settings.samples,
+    );
+    let worth = |k: u64| settings.budget >= 1.0 || budget::worth_searching(k, 0, k - 1, instances);
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
     let mut timing = settings.timing;
@@ -856,7 +865,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 }
             }
         }
-        if matches!(phase, Phase::Warmup) && k >= start_at {
+        if matches!(phase, Phase::Warmup) && k >= start_at && worth(k) {
             sim.consensus();
             searches += 1;
             phase = new_search(timing);
@@ -864,7 +873,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         let (codelet, barrier, search) = match &mut phase {
             Phase::Warmup => (0, false, false),
             Phase::Production(p) => (p.winner, false, false),
-            Phase::Search(samplers) => match search_step(&mut sim, samplers, settings, &entry) {
+            Phase::Search(samplers) => match search_step(&mut sim, samplers, settings, &entry, k) {
                 Ok((codelet, barrier)) => {
                     searched += 1;
                     (codelet, barrier, true)
@@ -932,6 +941,7 @@ fn search_step(
     samplers: &mut [Sampler],
     settings: &Settings,
     entry: &[u64],
+    k: u64,
 ) -> Result<(usize, bool), (usize, Option<Prediction>)> {
     for (s, &now) in samplers.iter_mut().zip(entry) {
         s.close(now);
@@ -956,10 +966,19 @@ fn search_step(
                 }
             }
         }
+        // The budget's denominator as src/tuner/search.rs: the time so far and the calls to come.
+        let to_come = budget::remaining_calls(k, 0, k - 1);
         let wasted = samplers
             .iter()
             .zip(&sim.ticks)
-            .map(|(s, &t)| s.wasted_share(t))
+            .map(|(s, &t)| {
+                let best = s
+                    .estimates(settings.filter)
+                    .iter()
+                    .map(|a| a.location)
+                    .fold(f64::INFINITY, f64::min);
+                s.wasted_share(t as f64 + (to_come * best).max(0.0))
+            })
             .fold(0.0, f64::max);
         sim.consensus();
         let mut next = Next::Round;
@@ -973,21 +992,12 @@ fn search_step(
 }
 
 /// The winner's realised time per call as the self-check measures it, slowest rank
-/// (src/tuner/drift.rs `realised`).
+/// (src/tuner/drift.rs).
 fn realised(p: &Production, timing: Timing, now: &[u64]) -> f64 {
     p.window
         .iter()
         .zip(now)
-        .map(|((start, durations), &now)| match (timing, start) {
-            (Timing::Period, Some(start)) if !durations.is_empty() => {
-                now.saturating_sub(*start) as f64 / durations.len() as f64
-            }
-            _ => {
-                let mut sorted = durations.clone();
-                sorted.sort_unstable();
-                sorted.get(sorted.len() / 2).map_or(0.0, |&t| t as f64)
-            }
-        })
+        .map(|((start, durations), &now)| check::realised(timing, *start, durations, now))
         .fold(0.0, f64::max)
 }
 
