@@ -12,6 +12,7 @@
 //! decided (`agreement`), and the samples of its instances go there.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
@@ -27,7 +28,7 @@ use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
 use crate::codelets;
 use crate::codelets::halo::{CODELETS, NEIGHBOR};
 use crate::keys::{Entry, Measured};
-use crate::{clock, runtime};
+use crate::runtime;
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -44,28 +45,25 @@ struct EpisodeTuner {
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
     timeline: Timeline,
-    /// Nanoseconds into the run of the first instance, and the latest check that found a search
-    /// would not pay for itself yet (its instances, the instances expected to come).
+    /// The rank's episode count at the class's first instance, and the latest check that found
+    /// a search would not pay for itself yet (its instances, the instances expected to come).
     born: Option<u64>,
     not_worth: Option<(u64, f64)>,
 }
 
-/// Nanoseconds since this process initialised MPI.
-fn run_ns() -> u64 {
-    let start = runtime::process().map_or(0, |p| p.start_ns);
-    clock::monotonic_ns().saturating_sub(start)
-}
+/// Halo episodes this rank completed, all classes: the run's clock for do no harm (counted, like
+/// a communicator's collectives, so that a long set-up before the first exchange does not count).
+static EPISODES: AtomicU64 = AtomicU64::new(0);
 
 /// Do no harm (`commtune_tune::budget`), per rank: the instances to come are estimated from the
-/// class's rate since its first instance and the run's time so far.
-fn worth_searching(t: &mut EpisodeTuner, born: u64) -> bool {
+/// class's rate since its first instance and the rank's episodes so far, at episode `now`.
+fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().tuning;
     if settings.budget >= 1.0 {
         return true;
     }
     let candidates = Search::candidates().len();
     let instances = candidates as u64 * repeat() as u64 * u64::from(settings.samples);
-    let now = run_ns();
     let worth = budget::worth_searching(t.instances, born, now, instances);
     t.not_worth = (!worth).then(|| (instances, budget::remaining_calls(t.instances, born, now)));
     worth
@@ -118,6 +116,7 @@ pub fn completed(
     ticks: u64,
     now: u64,
 ) -> Measured {
+    let now_episode = EPISODES.fetch_add(1, Ordering::Relaxed);
     let mut t = TUNING.entry(class(entry)).or_default();
     let t = &mut *t;
     t.instances += 1;
@@ -137,8 +136,8 @@ pub fn completed(
         return Measured::Sample;
     }
     let Some(search) = &mut t.search else {
-        let born = *t.born.get_or_insert_with(run_ns);
-        if t.instances >= runtime::config().tuning.warmup && worth_searching(t, born) {
+        let born = *t.born.get_or_insert(now_episode);
+        if t.instances >= runtime::config().tuning.warmup && worth_searching(t, born, now_episode) {
             t.search = Some(Search::new());
             t.timeline.push(Mark::Search {
                 call: t.instances + 1,
