@@ -4,6 +4,7 @@
 //! file with what this job's searches decided. Neither ever fails the job: a problem is one
 //! line on stderr.
 
+use std::os::unix::thread::JoinHandleExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -47,7 +48,7 @@ pub fn start_loading(process: &Process, config: &'static Config) {
     let reader = std::thread::Builder::new()
         .name("commtune-history".into())
         .spawn(move || {
-            idle_priority();
+            run_when_idle();
             let start = Instant::now();
             let loaded = history::load(&dir);
             if let Some(warning) = loaded.warning(&dir) {
@@ -77,24 +78,36 @@ pub fn start_loading(process: &Process, config: &'static Config) {
     }
 }
 
-/// The calling thread runs only on a core nothing else wants (SCHED_IDLE): reading a large
-/// store (10^5 entries take about 0.2 s) takes no time from MPI_Init or the application, which
-/// ranks that poll keep busy. At MPI_Finalize the reader is waited for, when cores are free.
-fn idle_priority() {
+/// The calling thread (the reader) runs only on cores nothing else wants (SCHED_IDLE): reading a
+/// large store (10^5 entries take about 0.2 s) takes no time from MPI_Init or the application,
+/// whose ranks may poll. A failure leaves the policy as it was, which is harmless.
+fn run_when_idle() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler only reads `param` during the call; pid 0 is the calling
-    // thread. A failure leaves the thread's scheduling as it was, which is harmless.
+    // thread.
     let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+}
+
+/// MPI_Finalize is about to wait for the reader: an ordinary share of the CPU again
+/// (SCHED_OTHER), so that a node kept busy by other jobs cannot hold the end of the job up.
+fn run_as_usual(reader: &JoinHandle<bool>) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: the thread is not joined yet, so its pthread_t is valid (POSIX keeps it until
+    // pthread_join, whether or not the thread has ended); the call only reads `param`.
+    let _ =
+        unsafe { libc::pthread_setschedparam(reader.as_pthread_t(), libc::SCHED_OTHER, &param) };
 }
 
 /// After MPI_Finalize, on rank 0 (`ranks`: every rank's report data): adds one entry per key
 /// whose search decided, if there is any.
 pub fn record(ranks: &[RankData], process: &Process, config: &Config) {
-    let unreadable = LOADER
-        .lock()
-        .ok()
-        .and_then(|mut slot| slot.take())
-        .is_some_and(|reader| reader.join().unwrap_or(false));
+    let reader = LOADER.lock().ok().and_then(|mut slot| slot.take());
+    let unreadable = reader.is_some_and(|reader| {
+        if !reader.is_finished() {
+            run_as_usual(&reader);
+        }
+        reader.join().unwrap_or(false)
+    });
     let Some(dir) = dir(config) else {
         return;
     };
