@@ -1,6 +1,6 @@
 //! The history store (COMMTUNE_HISTORY) with real Open MPI jobs: rank 0 records what the searches
 //! decided, `commtune history` lists it, jobs finishing at once lose nothing, and a damaged or
-//! unreadable store is one warning line, never a failed job.
+//! unwritable store is one warning line, never a failed job.
 
 mod common;
 
@@ -149,20 +149,16 @@ fn damaged_store_is_one_warning_and_the_job_goes_on() {
     .unwrap();
     let job = tuned(&exe, &dir, &store).go();
     correct(&job);
-    let lines = warnings(&job);
-    assert_eq!(lines.len(), 1, "{}", job.stderr());
-    assert!(
-        lines[0].contains("ignored 2 files and 1 line"),
-        "{}",
-        lines[0]
-    );
-    // The job's own entries were added all the same.
+    // The library only writes the store: what is damaged there is no concern of the job's.
+    assert_eq!(warnings(&job), Vec::<String>::new(), "{}", job.stderr());
+    // The job's own entries were added all the same; reading says once what it skipped.
     let loaded = commtune_history::load(&store);
     assert_eq!(loaded.files, 2, "the truncated file and the job's");
     assert!(loaded.entries.iter().any(|e| e.winner == "ring"));
+    let warning = loaded.warning(&store).expect("a warning");
+    assert!(warning.contains("ignored 2 files and 1 line"), "{warning}");
 
-    // A store that is not a directory: one line again (reading; writing there is not said
-    // twice), and the job succeeds.
+    // A store that is not a directory: one line, and the job succeeds.
     let not_a_dir = dir.join("plain-file");
     std::fs::write(&not_a_dir, b"x").unwrap();
     let job = tuned(&exe, &dir, &not_a_dir).go();
@@ -170,14 +166,14 @@ fn damaged_store_is_one_warning_and_the_job_goes_on() {
     let lines = warnings(&job);
     assert_eq!(lines.len(), 1, "{}", job.stderr());
     assert!(
-        lines[0].contains("cannot list the directory"),
+        lines[0].contains("cannot add to the history store"),
         "{}",
         lines[0]
     );
 }
 
 #[test]
-fn off_reads_and_writes_nothing() {
+fn off_writes_nothing() {
     let dir = scratch("history_off");
     let exe = compile(OpenMpi, "tuned_loop.c", &dir);
     let job = tuned(&exe, &dir, Path::new("off")).go();

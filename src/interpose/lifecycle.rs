@@ -42,13 +42,8 @@ pub extern "C" fn commtune_init(
     };
     // Every rank is inside MPI_Init: the private duplicate of MPI_COMM_WORLD that the at-exit
     // fallback needs is made now (collective).
-    if rc == mpi::SUCCESS
-        && runtime::enabled()
-        && let Some(process) = runtime::started()
-    {
+    if rc == mpi::SUCCESS && runtime::enabled() && runtime::started().is_some() {
         let _ = crate::comms::private(mpi::comm_world());
-        // Rank 0 reads the history store on a thread of its own (MPI_Init does not wait).
-        report::start_history(process, runtime::config());
     }
     rc
 }

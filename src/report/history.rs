@@ -1,14 +1,10 @@
-//! The history store (COMMTUNE_HISTORY; the format is `commtune_history`'s). Rank 0 of a tuned
-//! job reads it on a thread of its own from MPI_Init on, so that MPI_Init does not wait and a
-//! damaged store is reported (one line) while the job runs; and after MPI_Finalize it adds one
-//! file with what this job's searches decided. Neither ever fails the job: a problem is one
-//! line on stderr.
+//! The history store (COMMTUNE_HISTORY; the format is `commtune_history`'s): after MPI_Finalize,
+//! rank 0 of a tuned job adds one file with what this job's searches decided. It never fails
+//! the job: a problem is one line on stderr. (Nothing reads the store in the library yet: the
+//! prediction that will, issue 12, reads it then; `commtune history` lists it.)
 
-use std::os::unix::thread::JoinHandleExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use commtune_history::{self as history, Estimate, How, Platform};
 use commtune_report::{Op, RankData};
@@ -21,12 +17,7 @@ use crate::runtime::Process;
 use crate::say::say;
 use crate::{clock, codelets, keys, tuner};
 
-/// The thread reading the store, joined before the store is written; it returns whether the
-/// directory itself could not be read (and said so: writing there then fails without a second
-/// line).
-static LOADER: Mutex<Option<JoinHandle<bool>>> = Mutex::new(None);
-
-/// The store's directory, if this job reads and writes one.
+/// The store's directory, if this job writes one.
 fn dir(config: &Config) -> Option<PathBuf> {
     if config.mode != Mode::Tune {
         return None;
@@ -38,76 +29,9 @@ fn dir(config: &Config) -> Option<PathBuf> {
     }
 }
 
-/// At MPI_Init, on rank 0: reads the store in the background (nothing uses its entries yet;
-/// COMMTUNE_VERBOSE=1 says how many there are and how long reading took).
-pub fn start_loading(process: &Process, config: &'static Config) {
-    let Some(dir) = dir(config).filter(|_| process.rank == 0) else {
-        return;
-    };
-    let mpi = process.mpi.clone();
-    let reader = std::thread::Builder::new()
-        .name("commtune-history".into())
-        .spawn(move || {
-            run_when_idle();
-            let start = Instant::now();
-            let loaded = history::load(&dir);
-            if let Some(warning) = loaded.warning(&dir) {
-                say!("{warning}");
-            }
-            if config.verbose >= 1 {
-                let here = platform(None);
-                let alike = loaded
-                    .entries
-                    .iter()
-                    .filter(|e| {
-                        e.mpi == mpi && e.platform.host == here.host && e.platform.cpu == here.cpu
-                    })
-                    .count();
-                say!(
-                    "commtune: history {}: {} entries ({alike} of this MPI and platform) read in \
-                     {:.1} ms",
-                    dir.display(),
-                    loaded.entries.len(),
-                    start.elapsed().as_secs_f64() * 1e3
-                );
-            }
-            loaded.unreadable()
-        });
-    if let (Ok(reader), Ok(mut slot)) = (reader, LOADER.lock()) {
-        *slot = Some(reader);
-    }
-}
-
-/// The calling thread (the reader) runs only on cores nothing else wants (SCHED_IDLE): reading a
-/// large store (10^5 entries take about 0.2 s) takes no time from MPI_Init or the application,
-/// whose ranks may poll. A failure leaves the policy as it was, which is harmless.
-fn run_when_idle() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler only reads `param` during the call; pid 0 is the calling
-    // thread.
-    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-}
-
-/// MPI_Finalize is about to wait for the reader: an ordinary share of the CPU again
-/// (SCHED_OTHER), so that a node kept busy by other jobs cannot hold the end of the job up.
-fn run_as_usual(reader: &JoinHandle<bool>) {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: the thread is not joined yet, so its pthread_t is valid (POSIX keeps it until
-    // pthread_join, whether or not the thread has ended); the call only reads `param`.
-    let _ =
-        unsafe { libc::pthread_setschedparam(reader.as_pthread_t(), libc::SCHED_OTHER, &param) };
-}
-
 /// After MPI_Finalize, on rank 0 (`ranks`: every rank's report data): adds one entry per key
 /// whose search decided, if there is any.
 pub fn record(ranks: &[RankData], process: &Process, config: &Config) {
-    let reader = LOADER.lock().ok().and_then(|mut slot| slot.take());
-    let unreadable = reader.is_some_and(|reader| {
-        if !reader.is_finished() {
-            run_as_usual(&reader);
-        }
-        reader.join().unwrap_or(false)
-    });
     let Some(dir) = dir(config) else {
         return;
     };
@@ -119,9 +43,7 @@ pub fn record(ranks: &[RankData], process: &Process, config: &Config) {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let name = history::file_name(&host_name(), std::process::id(), nanos);
-    if let Err(e) = history::write(&dir, &name, &entries)
-        && !unreadable
-    {
+    if let Err(e) = history::write(&dir, &name, &entries) {
         say!(
             "commtune: warning: cannot add to the history store {}: {e}",
             dir.display()

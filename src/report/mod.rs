@@ -5,8 +5,6 @@
 
 mod history;
 
-pub use history::start_loading as start_history;
-
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
