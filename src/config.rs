@@ -30,6 +30,15 @@ pub enum ReportTarget {
     Disabled,
 }
 
+/// Where rank 0 keeps what searches decided (COMMTUNE_HISTORY, `commtune_history`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum HistoryTarget {
+    /// `$XDG_STATE_HOME/commtune/history`, else `~/.local/state/commtune/history`.
+    Default,
+    Path(PathBuf),
+    Off,
+}
+
 /// A test-only delay added inside a codelet so that tests know which codelet is fastest.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Delay {
@@ -57,6 +66,8 @@ pub struct Config {
     /// Where each rank writes the instances of its tuned keys (`PREFIX.RANK.tsv`),
     /// COMMTUNE_TRACE.
     pub trace: Option<PathBuf>,
+    /// The history store, COMMTUNE_HISTORY.
+    pub history: HistoryTarget,
 }
 
 impl Default for Config {
@@ -71,6 +82,7 @@ impl Default for Config {
             delays: Vec::new(),
             halo_neighbor: false,
             trace: None,
+            history: HistoryTarget::Default,
         }
     }
 }
@@ -149,6 +161,11 @@ pub const KNOBS: &[Knob] = &[
         "COMMTUNE_TRACE",
         "(none)",
         "a path prefix: each rank writes PREFIX.RANK.tsv",
+    ),
+    knob(
+        "COMMTUNE_HISTORY",
+        "~/.local/state/commtune/history",
+        "a directory, or off",
     ),
     knob(
         "COMMTUNE_INJECT_DELAY",
@@ -235,6 +252,14 @@ where
             "COMMTUNE_TRACE" => set(
                 &mut config.trace,
                 (!value.is_empty()).then(|| Some(PathBuf::from(value))),
+            ),
+            "COMMTUNE_HISTORY" => set(
+                &mut config.history,
+                match value {
+                    "" => None,
+                    "off" => Some(HistoryTarget::Off),
+                    path => Some(HistoryTarget::Path(PathBuf::from(path))),
+                },
             ),
             "COMMTUNE_INJECT_DELAY" => {
                 config.delays = delays(value, names, &mut problems);
@@ -466,6 +491,7 @@ mod tests {
             ("COMMTUNE_BUDGET", "0.3"),
             ("COMMTUNE_HALO_NEIGHBOR", "on"),
             ("COMMTUNE_TRACE", "/tmp/t"),
+            ("COMMTUNE_HISTORY", "/tmp/h"),
             ("PATH", "/bin"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
@@ -485,8 +511,10 @@ mod tests {
         assert_eq!(c.tuning.budget, 0.3);
         assert!(c.halo_neighbor);
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
-        let (c, _) = parse([("COMMTUNE_REPORT", "none")]);
+        assert_eq!(c.history, HistoryTarget::Path("/tmp/h".into()));
+        let (c, _) = parse([("COMMTUNE_REPORT", "none"), ("COMMTUNE_HISTORY", "off")]);
         assert_eq!(c.report, ReportTarget::Disabled);
+        assert_eq!(c.history, HistoryTarget::Off);
     }
 
     #[test]

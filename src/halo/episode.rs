@@ -466,6 +466,7 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         agree: merge_key.clone(),
         merge_key,
         signature,
+        facts: String::new(),
         // A message to or from MPI_PROC_NULL carries nothing.
         bytes_per_call: ops
             .iter()

@@ -121,6 +121,7 @@ impl Intercepted for Allreduce {
             ),
             merge_key: signature.clone(),
             signature,
+            facts: self.facts().agreed(),
             bytes_per_call: self.bytes(),
             class: None,
             handles: keys::freeable(self.comm, &[self.datatype], Some(self.op)),
@@ -209,6 +210,7 @@ impl Intercepted for Alltoall {
             ),
             merge_key: signature.clone(),
             signature,
+            facts: self.facts().agreed(),
             bytes_per_call: self.bytes(i64::from(size)),
             class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
@@ -305,6 +307,7 @@ impl Intercepted for Allgatherv {
                 send_side(self.sendbuf, self.sendcount, self.sendtype)
             ),
             merge_key,
+            facts: self.facts().agreed(),
             bytes_per_call: self.bytes(size),
             class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),

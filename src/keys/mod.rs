@@ -79,6 +79,9 @@ pub struct Description {
     /// winner also share which codelets may run them.
     pub agree: String,
     pub signature: String,
+    /// What codelet requirements read (`codelets::Facts::agreed`), for the history store; empty
+    /// for halo episodes.
+    pub facts: String,
     pub bytes_per_call: u64,
     /// Halo episodes (tuned per rank): the identity of the episodes that share one search, their
     /// messages with bytes in size classes (`commtune_tune::classes`). None for collectives,

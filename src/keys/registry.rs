@@ -166,6 +166,7 @@ pub(super) fn site_entry(
                     signature: format!(
                         "signatures beyond the first {MAX_SIGNATURES} of this site (bytes not counted)"
                     ),
+                    facts: String::new(),
                     bytes_per_call: 0,
                     class: None,
                     handles: Vec::new(),

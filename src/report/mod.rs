@@ -1,6 +1,9 @@
 //! The end-of-run report: every rank's keys (their measurements from `keys`, their tuning from
 //! the tuner or the halo tuning) gathered to rank 0 on a private communicator at MPI_Finalize,
-//! merged, symbolized, written as JSON and summarised on stderr.
+//! merged, symbolized, written as JSON and summarised on stderr; and the history store of what
+//! searches decided (`history`).
+
+mod history;
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
@@ -70,6 +73,7 @@ impl Gathered {
             .filter_map(|bytes| serde_json::from_slice(bytes).ok())
             .collect();
         publish(&ranks, process, config, None);
+        history::record(&ranks, process, config);
     }
 }
 

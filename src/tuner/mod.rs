@@ -30,6 +30,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use commtune_report::TuningData;
+use commtune_tune::Agreed;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -231,6 +232,29 @@ fn linked(
 pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData> {
     let tuner = *REPORTED.get(&entry.id())?;
     Some(tuner.report(names, ns_per_tick))
+}
+
+/// What the search of a key decided (`decided`).
+pub struct Decided {
+    /// Identifies the tuner: keys of several sites may share one.
+    pub tuner: usize,
+    /// The winner's index in the operation's registry.
+    pub winner: usize,
+    /// Every codelet that ran: its index and agreed estimate in clock ticks (the same on every
+    /// rank).
+    pub estimates: Vec<(usize, Agreed)>,
+}
+
+/// What the search of `entry`'s key decided, if its key is in production after one (for the
+/// history store; read after MPI_Finalize, off every call's path).
+pub fn decided(entry: &Entry) -> Option<Decided> {
+    let tuner = *REPORTED.get(&entry.id())?;
+    let (winner, estimates) = tuner.decided()?;
+    Some(Decided {
+        tuner: std::ptr::from_ref(tuner) as usize,
+        winner,
+        estimates,
+    })
 }
 
 /// Books a timed call (entered at `start`, run from `call_start` after its barrier to `end`)

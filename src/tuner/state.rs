@@ -17,7 +17,7 @@ use commtune_tune::check::Prediction;
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
-use commtune_tune::{Plan, Timing};
+use commtune_tune::{Agreed, Plan, Timing};
 use rustc_hash::FxBuildHasher;
 
 use crate::comms::{self, Communicator};
@@ -231,6 +231,17 @@ impl Tuner {
     pub fn unsettle(&self) {
         self.settled.store(0, Ordering::Relaxed);
         self.check_drift_at(u64::MAX);
+    }
+
+    /// The winner and every codelet's agreed estimate (clock ticks), if the key is in production
+    /// after a search that ran to its decision (not ended early, not overruled by the
+    /// self-check).
+    pub fn decided(&self) -> Option<(usize, Vec<(usize, Agreed)>)> {
+        let key = lock(&self.state);
+        match (&key.phase, &key.decided, key.reason) {
+            (Phase::Production(p), Some(plan), None) => Some((p.winner, plan.estimates.clone())),
+            _ => None,
+        }
     }
 
     /// The key's tuning as the report shows it (`names`: the operation's codelets; durations

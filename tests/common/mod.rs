@@ -274,9 +274,42 @@ impl Run<'_> {
 
     /// Runs the job; the report goes to `<dir>/report.json` unless COMMTUNE_REPORT is set, and
     /// the library profiles (COMMTUNE_MODE=profile) unless COMMTUNE_MODE is set: tests that
-    /// count calls per codelet must not depend on what the tuner decides.
+    /// count calls per codelet must not depend on what the tuner decides. The history store is
+    /// `<dir>/history` unless COMMTUNE_HISTORY is set (tests never write to the user's).
     pub fn go(self) -> Job {
         let _one_at_a_time = lock();
+        let (cmd, report_path) = self.command();
+        let output = run_with_timeout(cmd);
+        Job {
+            output,
+            report_path,
+        }
+    }
+
+    /// Runs several jobs at once (while no other job of this test binary runs).
+    pub fn go_together(runs: Vec<Self>) -> Vec<Job> {
+        let _one_at_a_time = lock();
+        let started: Vec<_> = runs
+            .iter()
+            .map(|run| {
+                let (cmd, report_path) = run.command();
+                (
+                    std::thread::spawn(move || run_with_timeout(cmd)),
+                    report_path,
+                )
+            })
+            .collect();
+        started
+            .into_iter()
+            .map(|(job, report_path)| Job {
+                output: job.join().expect("the job's thread"),
+                report_path,
+            })
+            .collect()
+    }
+
+    /// The launcher's command line for the job, and where its report goes.
+    fn command(&self) -> (Command, PathBuf) {
         let report_path = self.dir.join("report.json");
         let _ = std::fs::remove_file(&report_path);
         let mut cmd = if self.on_cluster {
@@ -294,6 +327,13 @@ impl Run<'_> {
         if !env.iter().any(|(k, _)| k == "COMMTUNE_MODE") {
             env.push(("COMMTUNE_MODE".into(), "profile".into()));
         }
+        if !env.iter().any(|(k, _)| k == "COMMTUNE_HISTORY") {
+            let store = self.dir.join("history");
+            env.push((
+                "COMMTUNE_HISTORY".into(),
+                store.to_string_lossy().into_owned(),
+            ));
+        }
         if self.preload {
             let lib = self.flavour.library();
             env.push(("LD_PRELOAD".into(), lib.to_string_lossy().into_owned()));
@@ -302,11 +342,7 @@ impl Run<'_> {
             self.flavour.pass_env(&mut cmd, name, value);
         }
         cmd.args(&self.program).current_dir(self.dir);
-        let output = run_with_timeout(cmd);
-        Job {
-            output,
-            report_path,
-        }
+        (cmd, report_path)
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod catalogue;
 mod flavour;
+mod history;
 mod inject;
 mod launcher;
 mod library;
@@ -45,6 +46,16 @@ enum Cmd {
     /// Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, without MPI
     #[command(long_about = SIMULATE_ABOUT)]
     Simulate(SimulateArgs),
+    /// List what earlier jobs' searches decided (the history store, COMMTUNE_HISTORY)
+    History(HistoryArgs),
+}
+
+#[derive(Args)]
+struct HistoryArgs {
+    /// The store (default: $COMMTUNE_HISTORY, else $XDG_STATE_HOME/commtune/history, else
+    /// ~/.local/state/commtune/history)
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 const SIMULATE_ABOUT: &str = "Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, \
@@ -199,6 +210,7 @@ fn main() -> ExitCode {
         Cmd::Report(args) => report(&args),
         Cmd::Codelets(args) => codelets(&args),
         Cmd::Simulate(args) => simulate(&args),
+        Cmd::History(args) => list_history(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -345,6 +357,16 @@ fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
     let text = simulate::text(files, &options).map_err(|m| Failure::new(1, m))?;
     print!("{text}");
     Ok(())
+}
+
+/// Lists the store; what it had to skip is one warning line on stderr.
+fn list_history(args: HistoryArgs) -> Result<(), Failure> {
+    let dir = history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
+    let loaded = commtune_history::load(&dir);
+    if let Some(warning) = loaded.warning(&dir) {
+        eprintln!("{warning}");
+    }
+    emit(&history::text(&dir, &loaded))
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {

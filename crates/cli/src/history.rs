@@ -1,0 +1,143 @@
+//! `commtune history`: the entries of the history store (what earlier jobs' searches decided),
+//! one line each.
+
+use std::path::{Path, PathBuf};
+
+use commtune_history::{self as history, Entry, Loaded};
+
+/// The store to read: `--dir`, else COMMTUNE_HISTORY (unless `off`), else the library's default.
+pub fn dir(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(dir) = explicit {
+        return Ok(dir);
+    }
+    match std::env::var("COMMTUNE_HISTORY") {
+        Ok(v) if v.trim() == "off" => {
+            return Err("COMMTUNE_HISTORY=off: no store (give one with --dir)".to_string());
+        }
+        Ok(v) if !v.trim().is_empty() => return Ok(PathBuf::from(v.trim())),
+        _ => {}
+    }
+    history::default_dir(|name| std::env::var(name).ok())
+        .ok_or_else(|| "neither XDG_STATE_HOME nor HOME is set: give the store with --dir".into())
+}
+
+/// The listing: a heading line, then the entries by operation, communicator size, bytes and date.
+pub fn text(dir: &Path, loaded: &Loaded) -> String {
+    let mut out = format!(
+        "history {}: {} entries in {} files\n",
+        dir.display(),
+        loaded.entries.len(),
+        loaded.files
+    );
+    if loaded.entries.is_empty() {
+        return out;
+    }
+    let mut entries: Vec<&Entry> = loaded.entries.iter().collect();
+    entries.sort_by(|a, b| {
+        (&a.op, a.comm_size, a.bytes, a.time).cmp(&(&b.op, b.comm_size, b.bytes, b.time))
+    });
+    let rows: Vec<[String; 9]> = entries
+        .iter()
+        .map(|e| {
+            [
+                history::date(e.time),
+                e.op.clone(),
+                e.comm_size.to_string(),
+                e.ranks_per_node
+                    .map_or_else(|| "-".to_string(), |r| r.to_string()),
+                e.size_class.clone(),
+                e.bytes.to_string(),
+                e.winner.clone(),
+                e.how.name().to_string(),
+                e.estimates
+                    .iter()
+                    .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]
+        })
+        .collect();
+    let heading = [
+        "date (UTC)",
+        "op",
+        "ranks",
+        "per node",
+        "size class",
+        "bytes",
+        "winner",
+        "how",
+        "estimates (us)",
+    ];
+    let mut widths = heading.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    out.push_str(&line(&heading.map(String::from)));
+    for row in &rows {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commtune_history::{Estimate, How, Platform};
+
+    #[test]
+    fn lists_winner_and_estimates() {
+        let entry = Entry {
+            op: "allreduce".into(),
+            comm_size: 4,
+            ranks_per_node: Some(4),
+            size_class: "64 B-96 B".into(),
+            bytes: 64,
+            signature: "count=8 datatype=MPI_DOUBLE op=MPI_SUM comm_size=4".into(),
+            facts: "size=4".into(),
+            mpi: "Open MPI".into(),
+            platform: Platform {
+                host: "node#".into(),
+                cpu: "cpu".into(),
+                transport: "unknown".into(),
+            },
+            estimates: vec![
+                Estimate {
+                    codelet: "native".into(),
+                    us: 312.25,
+                    error_us: 1.0,
+                },
+                Estimate {
+                    codelet: "ring".into(),
+                    us: 12.0,
+                    error_us: 0.5,
+                },
+            ],
+            winner: "ring".into(),
+            time: 0,
+            how: How::Search,
+        };
+        let loaded = Loaded {
+            entries: vec![entry],
+            files: 1,
+            ..Loaded::default()
+        };
+        let text = text(Path::new("/h"), &loaded);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "history /h: 1 entries in 1 files");
+        assert!(lines[1].starts_with("date (UTC)        op  "), "{text}");
+        assert!(
+            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  native=312.2±1.0 ring=12.0±0.5"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! The history store: what the searches of finished jobs decided, so that later jobs (and users)
+//! can see which codelet won where. Pure: no MPI. The library's rank 0 writes one file per job at
+//! MPI_Finalize; readers merge every file of the directory.
+//!
+//! Format: a directory of files `<host>-<pid>-<nanoseconds>-<n>.jsonl`, each written whole to a
+//! hidden temporary name (`.<name>.tmp`) in the same directory and renamed into place, so that a
+//! reader never sees a file being written and jobs finishing at once never write the same file
+//! (no lock: shared cluster file systems lock badly, and a rename within a directory is atomic
+//! on every POSIX file system). A file's first line is the version header
+//! `{"commtune_history":1}`; every further line is one `Entry` as JSON.
+//!
+//! Reading never fails: a file that cannot be read, has no header or a foreign version is
+//! skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
+//! alone, and all of it together makes one warning line (`Loaded::warning`).
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the format this crate writes and reads.
+pub const VERSION: u32 = 1;
+
+/// The first line of every file.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    commtune_history: u32,
+}
+
+/// How an entry's winner was found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    /// The online search decided it.
+    Search,
+    /// A calibration run measured every codelet.
+    Calibrate,
+    /// A prediction from the history, confirmed by the self-check.
+    PredictionConfirmed,
+}
+
+impl How {
+    pub fn name(self) -> &'static str {
+        match self {
+            How::Search => "search",
+            How::Calibrate => "calibrate",
+            How::PredictionConfirmed => "prediction_confirmed",
+        }
+    }
+}
+
+/// Where an entry was measured: enough to tell machines apart, nothing that names a node.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Platform {
+    /// Rank 0's host name with its trailing digits replaced by `#` (`node017` → `node#`).
+    pub host: String,
+    /// The CPU model of rank 0's host (/proc/cpuinfo), or `unknown`.
+    pub cpu: String,
+    /// The network transport the MPI library was told to use, as far as the environment says
+    /// (e.g. `OMPI_MCA_pml=ucx`), or `unknown`.
+    pub transport: String,
+}
+
+/// One codelet's agreed estimate (the same on every rank): typical time per call and its
+/// standard error, in microseconds. Stored as `["ring",12.5,0.25]`, to the nanosecond: a
+/// search's entry has up to eight, and the store's size is what reading it costs.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+#[serde(from = "(String, f64, f64)", into = "(String, f64, f64)")]
+pub struct Estimate {
+    pub codelet: String,
+    pub us: f64,
+    pub error_us: f64,
+}
+
+impl From<(String, f64, f64)> for Estimate {
+    fn from((codelet, us, error_us): (String, f64, f64)) -> Estimate {
+        Estimate {
+            codelet,
+            us,
+            error_us,
+        }
+    }
+}
+
+impl From<Estimate> for (String, f64, f64) {
+    fn from(e: Estimate) -> (String, f64, f64) {
+        let ns = |us: f64| (us * 1e3).round() / 1e3;
+        (e.codelet, ns(e.us), ns(e.error_us))
+    }
+}
+
+/// One decided collective key of one job.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct Entry {
+    /// `allreduce`, `alltoall`, `allgatherv`.
+    pub op: String,
+    pub comm_size: u32,
+    /// Ranks on rank 0's host in MPI_COMM_WORLD (the job's, not the communicator's), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks_per_node: Option<u32>,
+    /// The size class of `bytes` (`commtune_tune::classes`), e.g. `64 B-96 B`.
+    pub size_class: String,
+    /// Bytes per call, exactly, of the key's first call.
+    pub bytes: u64,
+    /// The call's signature: counts, datatypes, reduction operation.
+    pub signature: String,
+    /// What codelet requirements read (communicator size, commutativity, large counts, ...).
+    pub facts: String,
+    /// The MPI library's version string.
+    pub mpi: String,
+    pub platform: Platform,
+    /// Every codelet that ran in the search, in the order the search tried them.
+    pub estimates: Vec<Estimate>,
+    pub winner: String,
+    /// Seconds since 1970 (UTC) when the job wrote the entry.
+    pub time: u64,
+    pub how: How,
+}
+
+impl Entry {
+    /// The winner's estimate, if the search measured it.
+    pub fn winner_estimate(&self) -> Option<&Estimate> {
+        self.estimates.iter().find(|e| e.codelet == self.winner)
+    }
+}
+
+/// The default store: `$XDG_STATE_HOME/commtune/history`, else
+/// `$HOME/.local/state/commtune/history` (per user; on a cluster usually a shared file
+/// system, which one file per job suits). None without either variable.
+pub fn default_dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let absolute = |v: Option<String>| v.filter(|v| v.starts_with('/')).map(PathBuf::from);
+    absolute(var("XDG_STATE_HOME"))
+        .or_else(|| absolute(var("HOME")).map(|h| h.join(".local/state")))
+        .map(|state| state.join("commtune/history"))
+}
+
+/// A name no other job's file has: the host, the process id, the time in nanoseconds and a
+/// counter (several writes of one process).
+pub fn file_name(host: &str, pid: u32, nanos: u128) -> String {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let host = host.trim_start_matches('.');
+    format!("{host}-{pid}-{nanos}-{n}.jsonl")
+}
+
+/// Writes `entries` as the new file `name` of `dir` (made if missing): whole, to a temporary
+/// name first, then renamed. Returns the file's path.
+pub fn write(dir: &Path, name: &str, entries: &[Entry]) -> io::Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let mut text = serde_json::to_vec(&Header {
+        commtune_history: VERSION,
+    })?;
+    text.push(b'\n');
+    for entry in entries {
+        serde_json::to_writer(&mut text, entry)?;
+        text.push(b'\n');
+    }
+    let path = dir.join(name);
+    let temporary = dir.join(format!(".{name}.tmp"));
+    let written = fs::File::create(&temporary).and_then(|mut f| f.write_all(&text));
+    written
+        .and_then(|()| fs::rename(&temporary, &path))
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&temporary);
+        })?;
+    Ok(path)
+}
+
+/// Everything a directory held, merged, and what was skipped.
+#[derive(Default, Debug)]
+pub struct Loaded {
+    pub entries: Vec<Entry>,
+    /// Files read whole.
+    pub files: usize,
+    /// Files skipped whole (unreadable, no header, a foreign version) and lines skipped.
+    pub skipped_files: usize,
+    pub skipped_lines: usize,
+    /// The first problem met, to name in the warning; the directory itself could not be
+    /// listed if `files` and `skipped_files` are both 0.
+    pub first_problem: Option<String>,
+}
+
+impl Loaded {
+    /// One line saying what was ignored, if anything was.
+    pub fn warning(&self, dir: &Path) -> Option<String> {
+        let first = self.first_problem.as_deref()?;
+        let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+        let what = match (self.skipped_files, self.skipped_lines) {
+            (0, 0) => "the store".to_string(),
+            (f, 0) => plural(f, "file"),
+            (0, l) => plural(l, "line"),
+            (f, l) => format!("{} and {}", plural(f, "file"), plural(l, "line")),
+        };
+        Some(format!(
+            "commtune: warning: history store {}: ignored {what} ({first})",
+            dir.display()
+        ))
+    }
+
+    /// The directory could not be listed (it exists but is not a readable directory).
+    pub fn unreadable(&self) -> bool {
+        self.files == 0 && self.skipped_files == 0 && self.first_problem.is_some()
+    }
+
+    fn problem(&mut self, what: String) {
+        self.first_problem.get_or_insert(what);
+    }
+}
+
+/// Every entry of every file in `dir`, in file name order. A missing directory is an empty
+/// store; nothing here fails (see `Loaded`).
+pub fn load(dir: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
+    let listing = match fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return loaded,
+        Err(e) => {
+            loaded.problem(format!("cannot list the directory: {e}"));
+            return loaded;
+        }
+    };
+    let mut names: Vec<PathBuf> = listing
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| is_store_file(path))
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match fs::read(&path) {
+            Ok(bytes) => match parse(&bytes, &mut loaded.entries) {
+                Ok((0, _)) => loaded.files += 1,
+                Ok((bad, first)) => {
+                    loaded.files += 1;
+                    loaded.skipped_lines += bad;
+                    loaded.problem(format!("{name}: {first}"));
+                }
+                Err(why) => {
+                    loaded.skipped_files += 1;
+                    loaded.problem(format!("{name}: {why}"));
+                }
+            },
+            Err(e) => {
+                loaded.skipped_files += 1;
+                loaded.problem(format!("{name}: {e}"));
+            }
+        }
+    }
+    loaded
+}
+
+/// A finished file of the store (not a temporary one, not another program's).
+fn is_store_file(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy());
+    name.is_some_and(|n| !n.starts_with('.') && n.ends_with(".jsonl"))
+}
+
+/// Appends the entries of one file to `into`; the lines skipped and why the first was, or why
+/// the whole file is.
+fn parse(bytes: &[u8], into: &mut Vec<Entry>) -> Result<(usize, String), String> {
+    let mut lines = bytes.split(|b| *b == b'\n');
+    let header = lines.next().unwrap_or_default();
+    match serde_json::from_slice::<Header>(header) {
+        Ok(h) if h.commtune_history == VERSION => {}
+        Ok(h) => {
+            return Err(format!(
+                "format version {}, this commtune reads {VERSION}",
+                h.commtune_history
+            ));
+        }
+        Err(_) if bytes.is_empty() => return Err("empty".to_string()),
+        Err(_) => return Err("not a commtune history file (no version line)".to_string()),
+    }
+    let (mut bad, mut first) = (0, String::new());
+    for (i, line) in lines.enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Entry>(line) {
+            Ok(entry) => into.push(entry),
+            Err(e) => {
+                if bad == 0 {
+                    first = format!("line {}: {e}", i + 2);
+                }
+                bad += 1;
+            }
+        }
+    }
+    Ok((bad, first))
+}
+
+/// Rank 0's host name as a pattern shared by the nodes of a cluster: the first label, its
+/// trailing digits replaced by `#` (`node017.cluster` → `node#`).
+pub fn host_pattern(host: &str) -> String {
+    let label = host.split('.').next().unwrap_or_default();
+    let stem = label.trim_end_matches(|c: char| c.is_ascii_digit());
+    if stem.len() < label.len() {
+        format!("{stem}#")
+    } else {
+        stem.to_string()
+    }
+}
+
+/// The CPU model named in the text of /proc/cpuinfo, or `unknown`.
+pub fn cpu_model(cpuinfo: &str) -> String {
+    ["model name", "Model", "cpu model", "cpu"]
+        .iter()
+        .find_map(|field| {
+            cpuinfo.lines().find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                (name.trim() == *field && !value.trim().is_empty())
+                    .then(|| value.split_whitespace().collect::<Vec<_>>().join(" "))
+            })
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// `seconds` since 1970 as a UTC date and time, `2026-11-24 08:06`.
+pub fn date(seconds: u64) -> String {
+    let days = (seconds / 86_400) as i64;
+    let minutes = seconds % 86_400 / 60;
+    // Howard Hinnant's days_from_civil, inverted.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        minutes / 60,
+        minutes % 60
+    )
+}
+
+#[cfg(test)]
+mod tests;

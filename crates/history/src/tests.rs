@@ -1,0 +1,270 @@
+use std::time::Instant;
+
+use super::*;
+
+/// A fresh directory under the system's temporary directory.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "commtune-history-test-{}-{test}",
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn entry(n: u64) -> Entry {
+    Entry {
+        op: "allreduce".to_string(),
+        comm_size: 4,
+        ranks_per_node: Some(4),
+        size_class: "64 B-96 B".to_string(),
+        bytes: 64 + n % 32,
+        signature: "count=8 datatype=MPI_DOUBLE op=MPI_SUM comm_size=4".to_string(),
+        facts: "size=4 intercomm=false commutative=true large_counts=false too_large=false"
+            .to_string(),
+        mpi: "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, \
+              2022"
+            .to_string(),
+        platform: Platform {
+            host: "node#".to_string(),
+            cpu: "AMD EPYC 7B13".to_string(),
+            transport: "unknown".to_string(),
+        },
+        estimates: [
+            "native",
+            "linear",
+            "recursive_doubling",
+            "ring",
+            "rabenseifner",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Estimate {
+            codelet: c.to_string(),
+            // Whole nanoseconds, as stored.
+            us: (10_000 + i as u64 * 1000 + n) as f64 / 1e3,
+            error_us: 0.25,
+        })
+        .collect(),
+        winner: "ring".to_string(),
+        time: 1_795_000_000 + n,
+        how: How::Search,
+    }
+}
+
+fn name(n: usize) -> String {
+    file_name("node017", 1000 + n as u32, 1)
+}
+
+#[test]
+fn written_entries_read_back() {
+    let dir = scratch("roundtrip");
+    let entries: Vec<Entry> = (0..3).map(entry).collect();
+    let path = write(&dir, &name(0), &entries).unwrap();
+    assert!(path.starts_with(&dir));
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("{\"commtune_history\":1}\n"), "{text}");
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, entries);
+    assert_eq!((loaded.files, loaded.skipped_files), (1, 0));
+    assert_eq!(loaded.warning(&dir), None);
+    assert_eq!(entries[0].winner_estimate().unwrap().codelet, "ring");
+    // Estimates are stored as arrays, to the nanosecond.
+    let mut e = entry(0);
+    e.estimates[0].us = 1.234_567_8;
+    let text = fs::read_to_string(write(&dir, &name(1), &[e]).unwrap()).unwrap();
+    assert!(
+        text.contains("\"estimates\":[[\"native\",1.235,0.25],"),
+        "{text}"
+    );
+}
+
+#[test]
+fn concurrent_writers_lose_nothing() {
+    let dir = scratch("concurrent");
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                for job in 0..20 {
+                    // Every writer the same host, process and time: only the counter differs.
+                    let name = file_name("node017", 42, 7);
+                    let entries: Vec<Entry> =
+                        (0..10).map(|i| entry(w * 1000 + job * 10 + i)).collect();
+                    write(&dir, &name, &entries).unwrap();
+                }
+            })
+        })
+        .collect();
+    // A reader meanwhile sees whole files only.
+    for _ in 0..20 {
+        let loaded = load(&dir);
+        assert_eq!(loaded.warning(&dir), None);
+        assert_eq!(loaded.entries.len(), loaded.files * 10);
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    let loaded = load(&dir);
+    assert_eq!(loaded.files, 160);
+    assert_eq!(loaded.entries.len(), 1600);
+    let mut times: Vec<u64> = loaded.entries.iter().map(|e| e.time).collect();
+    times.sort();
+    times.dedup();
+    assert_eq!(times.len(), 1600, "every entry once");
+    let leftovers = fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".tmp")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+}
+
+#[test]
+fn truncated_file_keeps_its_whole_lines() {
+    let dir = scratch("truncated");
+    let path = write(&dir, &name(0), &(0..4).map(entry).collect::<Vec<_>>()).unwrap();
+    let text = fs::read(&path).unwrap();
+    fs::write(&path, &text[..text.len() - 40]).unwrap();
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries.len(), 3);
+    assert_eq!((loaded.files, loaded.skipped_lines), (1, 1));
+    let warning = loaded.warning(&dir).unwrap();
+    assert!(warning.contains("ignored 1 line ("), "{warning}");
+    assert!(warning.contains("line 5"), "{warning}");
+    assert!(!warning.contains('\n'));
+}
+
+#[test]
+fn foreign_version_and_garbage_are_skipped_with_one_warning() {
+    let dir = scratch("foreign");
+    write(&dir, &name(0), &[entry(0)]).unwrap();
+    fs::write(
+        dir.join("a-future.jsonl"),
+        "{\"commtune_history\":2}\n{\"op\":1}\n",
+    )
+    .unwrap();
+    fs::write(dir.join("b-garbage.jsonl"), b"\x00\xffnot json at all").unwrap();
+    fs::write(dir.join("c-empty.jsonl"), b"").unwrap();
+    fs::write(
+        dir.join("d-bad-lines.jsonl"),
+        "{\"commtune_history\":1}\n[]\n{\n",
+    )
+    .unwrap();
+    // Not the store's: a temporary file of a writer, another program's file.
+    fs::write(dir.join(".x.jsonl.tmp"), b"half").unwrap();
+    fs::write(dir.join("README"), b"hello").unwrap();
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, vec![entry(0)]);
+    assert_eq!((loaded.files, loaded.skipped_files), (2, 3));
+    assert_eq!(loaded.skipped_lines, 2);
+    let warning = loaded.warning(&dir).unwrap();
+    assert!(
+        warning.contains(
+            "ignored 3 files and 2 lines (a-future.jsonl: format version 2, this commtune reads 1)"
+        ),
+        "{warning}"
+    );
+    assert!(!warning.contains('\n'));
+}
+
+#[test]
+fn unreadable_directory_warns_and_gives_nothing() {
+    let dir = scratch("unreadable");
+    // A file where the directory should be: listing fails (as root too, unlike permissions).
+    let not_a_dir = dir.join("file");
+    fs::write(&not_a_dir, b"x").unwrap();
+    let loaded = load(&not_a_dir);
+    assert!(loaded.entries.is_empty());
+    assert!(loaded.unreadable());
+    assert!(!load(&dir).unreadable());
+    let warning = loaded.warning(&not_a_dir).unwrap();
+    assert!(
+        warning.contains("ignored the store (cannot list the directory"),
+        "{warning}"
+    );
+    // Writing there fails with an error, not a panic.
+    assert!(write(&not_a_dir, &name(0), &[entry(0)]).is_err());
+}
+
+#[test]
+fn missing_or_empty_directory_is_an_empty_store() {
+    let dir = scratch("empty");
+    let loaded = load(&dir);
+    assert!(loaded.entries.is_empty());
+    assert_eq!(loaded.warning(&dir), None);
+    let missing = dir.join("not/there");
+    let loaded = load(&missing);
+    assert!(loaded.entries.is_empty());
+    assert_eq!(loaded.warning(&missing), None);
+    // The writer makes it.
+    write(&missing, &name(0), &[entry(1)]).unwrap();
+    assert_eq!(load(&missing).entries, vec![entry(1)]);
+}
+
+/// 10^5 entries in 100 files of 1000 (a job writes one entry per decided key): the time to load
+/// them all, printed (`cargo test --release -p commtune-history -- --nocapture`).
+#[test]
+fn loads_a_hundred_thousand_entries() {
+    let dir = scratch("large");
+    let mut bytes = 0;
+    for job in 0..100 {
+        let entries: Vec<Entry> = (0..1000).map(|i| entry(job * 1000 + i)).collect();
+        bytes += fs::metadata(write(&dir, &name(job as usize), &entries).unwrap())
+            .unwrap()
+            .len();
+    }
+    let start = Instant::now();
+    let loaded = load(&dir);
+    let elapsed = start.elapsed();
+    assert_eq!(loaded.entries.len(), 100_000);
+    assert_eq!(loaded.warning(&dir), None);
+    println!(
+        "history: loaded 100000 entries ({:.1} MB in 100 files) in {:.1} ms",
+        bytes as f64 / 1e6,
+        elapsed.as_secs_f64() * 1e3
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn platform_facts() {
+    assert_eq!(host_pattern("node017"), "node#");
+    assert_eq!(host_pattern("node017.cluster.example"), "node#");
+    assert_eq!(host_pattern("login"), "login");
+    assert_eq!(host_pattern("c3-12"), "c3-#");
+    assert_eq!(host_pattern(""), "");
+    let cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel\t\t: 1\n\
+                   model name\t: AMD EPYC 7B13  64-Core Processor\n";
+    assert_eq!(cpu_model(cpuinfo), "AMD EPYC 7B13 64-Core Processor");
+    assert_eq!(cpu_model("processor : 0\n"), "unknown");
+    assert_eq!(date(0), "1970-01-01 00:00");
+    assert_eq!(date(1_795_939_560), "2026-11-29 08:06");
+    assert_eq!(date(951_782_400), "2000-02-29 00:00");
+    let env = |pairs: &'static [(&str, &str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert_eq!(
+        default_dir(env(&[("XDG_STATE_HOME", "/s"), ("HOME", "/h")])),
+        Some(PathBuf::from("/s/commtune/history"))
+    );
+    assert_eq!(
+        default_dir(env(&[("XDG_STATE_HOME", "relative"), ("HOME", "/h")])),
+        Some(PathBuf::from("/h/.local/state/commtune/history"))
+    );
+    assert_eq!(default_dir(env(&[])), None);
+    let a = file_name("node/../1", 1, 2);
+    assert!(!a.contains('/') && a.ends_with(".jsonl"), "{a}");
+    assert_ne!(file_name("h", 1, 2), file_name("h", 1, 2));
+}
