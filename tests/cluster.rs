@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{Cluster, Flavour, Mpich, OpenMpi, compile, run, scratch};
+use common::{
+    ALLGATHERV, ALLREDUCE, ALLTOALL, Cluster, Flavour, Mpich, OpenMpi, compile, run, scratch,
+};
 
 const HOSTS: usize = 3;
 
@@ -18,34 +20,6 @@ fn ranks(flavour: Flavour) -> usize {
     }
 }
 
-/// Codelets per operation (`commtune codelets`), native first; round `i` forces the i-th of each.
-const ALLREDUCE: &[&str] = &[
-    "native",
-    "linear",
-    "nonoverlapping",
-    "recursive_doubling",
-    "ring",
-    "rabenseifner",
-    "binomial",
-];
-const ALLTOALL: &[&str] = &[
-    "native",
-    "linear",
-    "linear_sync2",
-    "linear_sync4",
-    "linear_sync8",
-    "pairwise",
-    "pairwise_excl",
-    "bruck",
-];
-const ALLGATHERV: &[&str] = &[
-    "native",
-    "linear",
-    "ring",
-    "recursive_doubling",
-    "bruck",
-    "neighbor_exchange",
-];
 const HALO: &[&str] = &[
     "native",
     "persistent",

@@ -7,26 +7,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Job, OpenMpi, Run, cli, compile, run, scratch};
-
-const ALLREDUCE: &[&str] = &[
-    "native",
-    "linear",
-    "nonoverlapping",
-    "recursive_doubling",
-    "ring",
-    "rabenseifner",
-    "binomial",
-];
+use common::{ALLREDUCE, Job, OpenMpi, Run, all_but, cli, compile, run, scratch};
 
 /// tuned_loop on 2 ranks, searching at once (COMMTUNE_BUDGET=1), with every allreduce codelet
 /// but ring slowed down, recording into `store`.
 fn tuned<'a>(exe: &Path, dir: &'a Path, store: &Path) -> Run<'a> {
-    let delays: Vec<String> = ALLREDUCE
-        .iter()
-        .filter(|c| **c != "ring")
-        .map(|c| format!("allreduce:{c}=2ms"))
-        .collect();
+    let delays = all_but("allreduce", ALLREDUCE, "ring", "2ms");
     run(OpenMpi, 2, exe, dir)
         .args(&["300"])
         .env("COMMTUNE_MODE", "tune")

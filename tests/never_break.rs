@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{Flavour, Job, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line};
+use common::{
+    ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, marker_line, run, scratch,
+    site_at_line,
+};
 
 /// Runs `program` with `args` under tuning with `env`, once per setting of
 /// COMMTUNE_HALO_NEIGHBOR, and checks the program's own verdict "<name>: results correct".
@@ -40,36 +43,6 @@ fn tuned(flavour: Flavour, np: usize, program: &str, args: &[&str], env: &[(&str
     last.expect("two runs")
 }
 
-/// COMMTUNE_INJECT_DELAY making `winner` the one undelayed codelet of `op`.
-fn all_but(op: &str, codelets: &[&str], winner: &str) -> String {
-    codelets
-        .iter()
-        .filter(|c| **c != winner)
-        .map(|c| format!("{op}:{c}=5ms"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-const ALLREDUCE: &[&str] = &[
-    "native",
-    "linear",
-    "nonoverlapping",
-    "recursive_doubling",
-    "ring",
-    "rabenseifner",
-    "binomial",
-];
-const ALLTOALL: &[&str] = &[
-    "native",
-    "linear",
-    "linear_sync2",
-    "linear_sync4",
-    "linear_sync8",
-    "pairwise",
-    "pairwise_excl",
-    "bruck",
-];
-
 #[test]
 fn local_variants_on_two_communicators_openmpi() {
     tuned(OpenMpi, 3, "local_variants_comms.c", &[], &[]);
@@ -83,7 +56,7 @@ fn local_variants_on_two_communicators_mpich() {
 /// Rank 0's datatype handle comes back for a type of another size: the program must say so,
 /// or it tested nothing.
 fn type_reuse(flavour: Flavour, np: usize) {
-    let delays = all_but("alltoall", ALLTOALL, "pairwise");
+    let delays = all_but("alltoall", ALLTOALL, "pairwise", "5ms").join(",");
     let job = tuned(
         flavour,
         np,
@@ -109,7 +82,7 @@ fn freed_datatype_handle_reused_for_another_size_mpich() {
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {
-    let delays = all_but("alltoall", ALLTOALL, "pairwise");
+    let delays = all_but("alltoall", ALLTOALL, "pairwise", "5ms").join(",");
     let job = tuned(
         flavour,
         np,
@@ -155,7 +128,7 @@ fn one_rank_alone_past_the_signature_limit_mpich() {
 /// not route through the C entry point). Forced ring must fall back to native for it, call by
 /// call.
 fn op_reuse(flavour: Flavour, np: usize, program: &str) {
-    let delays = all_but("allreduce", ALLREDUCE, "ring");
+    let delays = all_but("allreduce", ALLREDUCE, "ring", "5ms").join(",");
     let job = tuned(
         flavour,
         np,

@@ -5,50 +5,14 @@
 mod common;
 
 use common::{
-    Flavour, Job, Mpich, OpenMpi, compile, marker_line, run, scratch, site_at_line, sites,
+    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, marker_line,
+    run, scratch, site_at_line, sites,
 };
 use serde_json::Value;
-
-const ALLREDUCE: &[&str] = &[
-    "native",
-    "linear",
-    "nonoverlapping",
-    "recursive_doubling",
-    "ring",
-    "rabenseifner",
-    "binomial",
-];
-const ALLTOALL: &[&str] = &[
-    "native",
-    "linear",
-    "linear_sync2",
-    "linear_sync4",
-    "linear_sync8",
-    "pairwise",
-    "pairwise_excl",
-    "bruck",
-];
-const ALLGATHERV: &[&str] = &[
-    "native",
-    "linear",
-    "ring",
-    "recursive_doubling",
-    "bruck",
-    "neighbor_exchange",
-];
 
 /// These tests check how searches decide, so they search as soon as a key is warm: the default
 /// budget waits until a search can pay for itself (tested on its own below).
 const NO_LIMIT: &str = "1";
-
-/// COMMTUNE_INJECT_DELAY making `winner` the only codelet of `op` without `delay`.
-fn all_but(op: &str, codelets: &[&str], winner: &str, delay: &str) -> Vec<String> {
-    codelets
-        .iter()
-        .filter(|c| **c != winner)
-        .map(|c| format!("{op}:{c}={delay}"))
-        .collect()
-}
 
 fn tuning(site: &Value) -> &Value {
     &site["tuning"]

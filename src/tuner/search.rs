@@ -4,7 +4,6 @@
 use std::sync::atomic::Ordering;
 
 use commtune_tune::budget;
-use commtune_tune::check::Prediction;
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
@@ -195,7 +194,7 @@ pub(super) fn search_step<C>(
             trace(entry, || {
                 format!("decided {}", codelets::names(entry.op)[winner])
             });
-            let predicted = prediction(s, winner);
+            let predicted = s.prediction(winner);
             let phase = Phase::Production(Production::new(winner, predicted));
             if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                 key.decided = Some(done.plan);
@@ -220,23 +219,6 @@ pub(super) fn first_check() -> u64 {
         .tuning
         .drift_interval
         .min(super::state::DRIFT_WINDOW + 2)
-}
-
-/// What the search predicts for `winner` and the best other codelet.
-fn prediction(s: &Sampler, winner: usize) -> Option<Prediction> {
-    let winner_estimate = s.plan.estimate(winner)?.location;
-    let runner_up = s
-        .plan
-        .estimates
-        .iter()
-        .filter(|(i, _)| *i != winner)
-        .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
-        .map(|(i, e)| (*i, e.location));
-    Some(Prediction {
-        winner: winner_estimate,
-        runner_up,
-        timing: s.timing,
-    })
 }
 
 /// With COMMTUNE_VERBOSE=2, prints a line about the tuning of `entry`'s key.

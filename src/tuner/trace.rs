@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
 use commtune_report::Op;
+pub use commtune_tune::trace::Kind;
 
 use crate::codelets::Operation;
 use crate::keys::Entry;
@@ -33,26 +34,6 @@ use crate::{clock, mpi, runtime};
 /// Records one rank keeps at most (about 48 MB in memory, 90 MB of text): later instances are
 /// counted, not kept, and the file says how many.
 pub const MAX_RECORDS: usize = 1_000_000;
-
-/// What a traced call was.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    /// Before the key's first decision (warm-up, or waiting for another key's search).
-    Warmup,
-    Search,
-    /// A settled key: its winner, or native when it is not tuned.
-    Production,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Warmup => "warmup",
-            Kind::Search => "search",
-            Kind::Production => "production",
-        }
-    }
-}
 
 /// One instance, in clock ticks.
 struct Record {

@@ -501,3 +501,42 @@ pub fn site_at_line(report: &Value, line: u64) -> &Value {
     );
     found[0]
 }
+
+/// Each operation's codelets as `commtune codelets` lists them, native first.
+pub const ALLREDUCE: &[&str] = &[
+    "native",
+    "linear",
+    "nonoverlapping",
+    "recursive_doubling",
+    "ring",
+    "rabenseifner",
+    "binomial",
+];
+pub const ALLTOALL: &[&str] = &[
+    "native",
+    "linear",
+    "linear_sync2",
+    "linear_sync4",
+    "linear_sync8",
+    "pairwise",
+    "pairwise_excl",
+    "bruck",
+];
+pub const ALLGATHERV: &[&str] = &[
+    "native",
+    "linear",
+    "ring",
+    "recursive_doubling",
+    "bruck",
+    "neighbor_exchange",
+];
+
+/// COMMTUNE_INJECT_DELAY items making `winner` the only codelet of `op` (among `codelets`)
+/// without `delay`.
+pub fn all_but(op: &str, codelets: &[&str], winner: &str, delay: &str) -> Vec<String> {
+    codelets
+        .iter()
+        .filter(|c| **c != winner)
+        .map(|c| format!("{op}:{c}={delay}"))
+        .collect()
+}

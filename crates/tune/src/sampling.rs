@@ -12,6 +12,7 @@
 //!
 //! Pure: the library feeds it clock readings of one rank; ranks agree on estimates, not samples.
 
+use crate::check::Prediction;
 use crate::policy::{Agreed, Next, Plan};
 use crate::settings::Timing;
 use crate::stats::{Filter, Samples};
@@ -204,6 +205,23 @@ impl Sampler {
         } else {
             0.0
         }
+    }
+
+    /// What the search predicts for `winner` and the best other codelet (`check`).
+    pub fn prediction(&self, winner: usize) -> Option<Prediction> {
+        let winner_estimate = self.plan.estimate(winner)?.location;
+        let runner_up = self
+            .plan
+            .estimates
+            .iter()
+            .filter(|(i, _)| *i != winner)
+            .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
+            .map(|(i, e)| (*i, e.location));
+        Some(Prediction {
+            winner: winner_estimate,
+            runner_up,
+            timing: self.timing,
+        })
     }
 
     /// Takes the round's agreed estimates (see `Plan::after_round`); on `Next::Round` the next

@@ -774,23 +774,6 @@ enum Phase {
     Production(Production),
 }
 
-/// What the search predicts for `winner` and the best other codelet (as src/tuner/search.rs).
-fn prediction(s: &Sampler, winner: usize) -> Option<Prediction> {
-    let winner_estimate = s.plan.estimate(winner)?.location;
-    let runner_up = s
-        .plan
-        .estimates
-        .iter()
-        .filter(|(i, _)| *i != winner)
-        .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
-        .map(|(i, e)| (*i, e.location));
-    Some(Prediction {
-        winner: winner_estimate,
-        runner_up,
-        timing: s.timing,
-    })
-}
-
 fn production(
     model: &Model,
     settings: &Settings,
@@ -986,7 +969,7 @@ fn search_step(
             next = s.after_round(&agreed, wasted > settings.budget, settings.min_gain);
         }
         if let Next::Decide(winner) = next {
-            return Err((winner, prediction(&samplers[0], winner)));
+            return Err((winner, samplers[0].prediction(winner)));
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::attributes::Partners;
 /// What a traced call was.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
-    /// Before the key's first decision.
+    /// Before the key's first decision (warm-up, or waiting for another key's search).
     Warmup,
     Search,
     /// After a decision (the winner, or native for a key that is not tuned).
@@ -27,6 +27,14 @@ impl Kind {
             "search" => Some(Kind::Search),
             "production" => Some(Kind::Production),
             _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Warmup => "warmup",
+            Kind::Search => "search",
+            Kind::Production => "production",
         }
     }
 }
