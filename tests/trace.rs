@@ -17,6 +17,8 @@ fn traced(flavour: Flavour) {
     let prefix = dir.join("t");
     run(flavour, 2, &program, &dir)
         .env("COMMTUNE_MODE", "tune")
+        // Search as soon as warm: the trace must hold search instances.
+        .env("COMMTUNE_BUDGET", "1")
         .env("COMMTUNE_TRACE", &prefix.to_string_lossy())
         .args(&[&ITERATIONS.to_string()])
         .go()

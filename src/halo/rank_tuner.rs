@@ -19,11 +19,11 @@ use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::agreement;
-use commtune_tune::budget;
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::stats::Samples;
 use commtune_tune::timeline::{Mark, Timeline};
 use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
+use commtune_tune::{budget, sampling};
 
 use crate::codelets;
 use crate::codelets::halo::{CODELETS, NEIGHBOR};
@@ -59,14 +59,14 @@ static EPISODES: AtomicU64 = AtomicU64::new(0);
 /// class's rate since its first instance and the rank's episodes so far, at episode `now`.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().tuning;
-    if settings.budget >= 1.0 {
-        return true;
-    }
-    let candidates = Search::candidates().len();
-    let instances = candidates as u64 * repeat() as u64 * u64::from(settings.samples);
-    let worth = budget::worth_searching(t.instances, born, now, instances);
-    t.not_worth = (!worth).then(|| (instances, budget::remaining_calls(t.instances, born, now)));
-    worth
+    let instances = sampling::search_instances(
+        Search::candidates().len(),
+        settings.timing,
+        1,
+        settings.samples,
+    );
+    t.not_worth = budget::ready(settings.budget, t.instances, born, now, instances).err();
+    t.not_worth.is_none()
 }
 
 struct Search {

@@ -100,6 +100,7 @@ impl Intercepted for Allreduce {
     }
 
     fn describe(&self) -> Description {
+        let facts = self.facts().agreed();
         let size = mpi::comm_size(self.comm);
         let in_place = if mpi::is_in_place(self.sendbuf) {
             " in_place"
@@ -117,11 +118,11 @@ impl Intercepted for Allreduce {
                 "bytes={} op={} comm_size={size}{in_place} {}",
                 class_name(self.bytes()),
                 mpi::op_name(self.op),
-                self.facts().agreed()
+                facts
             ),
             merge_key: signature.clone(),
             signature,
-            facts: self.facts().agreed(),
+            facts,
             bytes_per_call: self.bytes(),
             class: None,
             handles: keys::freeable(self.comm, &[self.datatype], Some(self.op)),
@@ -195,6 +196,7 @@ impl Intercepted for Alltoall {
     }
 
     fn describe(&self) -> Description {
+        let facts = self.facts().agreed();
         let size = mpi::group_size(self.comm);
         let signature = format!(
             "{} recvcount={} recvtype={} comm_size={size}",
@@ -206,11 +208,11 @@ impl Intercepted for Alltoall {
             agree: format!(
                 "block_bytes={} comm_size={size} {}",
                 class_name((self.recvcount * mpi::type_size(self.recvtype)).max(0) as u64),
-                self.facts().agreed()
+                facts
             ),
             merge_key: signature.clone(),
             signature,
-            facts: self.facts().agreed(),
+            facts,
             bytes_per_call: self.bytes(i64::from(size)),
             class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
@@ -284,6 +286,7 @@ impl Intercepted for Allgatherv {
     }
 
     fn describe(&self) -> Description {
+        let facts = self.facts().agreed();
         let size = self.recvcounts.entries();
         let counts: Vec<i64> = (0..size).map(|i| self.recvcounts.get(i)).collect();
         let merge_key = format!(
@@ -300,14 +303,14 @@ impl Intercepted for Allgatherv {
                 "recvbytes={} largest={} comm_size={size} {}",
                 class_name(bytes.iter().sum::<i64>().max(0) as u64),
                 class_name(bytes.iter().copied().max().unwrap_or(0).max(0) as u64),
-                self.facts().agreed()
+                facts
             ),
             signature: format!(
                 "{} {merge_key}",
                 send_side(self.sendbuf, self.sendcount, self.sendtype)
             ),
             merge_key,
-            facts: self.facts().agreed(),
+            facts,
             bytes_per_call: self.bytes(size),
             class: None,
             handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),

@@ -44,8 +44,15 @@ pub(super) fn drift_check<C: Operation>(
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
+    // The first check only sets the baseline (a ratio of 1 everywhere): no reduction. Every rank
+    // has the same count of checks, so every rank skips it alike.
+    let first = p.baseline.is_none();
     let ratio = drift_ratio(p);
-    let mean = consensus::drift(&comm.private?, ratio).ok()?;
+    let mean = if first {
+        1.0
+    } else {
+        consensus::drift(&comm.private?, ratio).ok()?
+    };
     if mean > 1.0 + settings.drift_threshold {
         p.strikes += 1;
     } else {
@@ -67,10 +74,13 @@ pub(super) fn drift_check<C: Operation>(
     start_search(at, comm, key).then(|| search_step(at, comm, key))
 }
 
-/// The window's median over the baseline (the first window's median).
+/// The window's median over the baseline (the first window's median); the window starts
+/// afresh.
 fn drift_ratio(p: &mut Production) -> f64 {
     let mut window = std::mem::take(&mut p.window);
+    p.window_start = None;
     if window.is_empty() {
+        p.baseline.get_or_insert(0.0);
         return 1.0;
     }
     window.sort_unstable();

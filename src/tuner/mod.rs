@@ -30,7 +30,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use commtune_report::TuningData;
-use commtune_tune::Agreed;
+use commtune_tune::{Agreed, check};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -44,9 +44,6 @@ use self::drift::drift_check;
 use self::search::{checkpoint, end_stalled_search, search_step};
 pub use self::state::forget as comm_freed;
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
-
-/// Production calls timed for the report: one in this many.
-const SAMPLE_EVERY: u64 = 8;
 
 /// What to run for one call and how to measure it.
 struct Step {
@@ -109,9 +106,11 @@ struct SlowCall<'c, C> {
 fn sampled(k: u64, window_at: u64) -> Measure {
     if k >= window_at {
         Measure::Window
-    } else if k % SAMPLE_EVERY == 1 || trace::on() {
+    } else if k % check::SAMPLE_EVERY == 1 {
         // The first call too: a key called fewer than eight times still has a time.
         Measure::Sample
+    } else if trace::on() {
+        Measure::Timed
     } else {
         Measure::Counted
     }
@@ -167,7 +166,7 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
         }
         None => start,
     };
-    codelets::inject_delay(call, step.codelet, tuner.instances.load(Ordering::Relaxed));
+    codelets::inject_delay(call, step.codelet, k);
     let rc = codelets::execute(call, step.codelet);
     if timed {
         let end = clock::now();
@@ -261,7 +260,13 @@ pub fn decided(entry: &Entry) -> Option<Decided> {
 /// into the key's search or drift window.
 fn measured(tuner: &Tuner, step: &Step, start: u64, call_start: u64, end: u64) {
     let key = &mut *lock(&tuner.state);
-    key.ticks += end.saturating_sub(start);
+    // A production sample stands for the calls left untimed around it (a traced run times
+    // those too): the key's time, the budget's denominator, is the same traced or not.
+    let weight = match step.measure {
+        Measure::Sample if !trace::on() => check::SAMPLE_EVERY,
+        _ => 1,
+    };
+    key.ticks += weight * end.saturating_sub(start);
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search) => {
             s.ran(call_start, end, end.saturating_sub(start));

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use commtune_tune::budget;
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
+use commtune_tune::{budget, check};
 
 use super::state::{
     CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, Tuner, TunerState,
@@ -40,13 +40,9 @@ pub(super) fn checkpoint<C: Operation>(
     };
     let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup && {
         let instances = search_instances(at);
-        let worth =
-            settings.budget >= 1.0 || budget::worth_searching(at.k, at.tuner.born, at.n, instances);
-        key.not_worth = (!worth).then(|| {
-            let remaining = budget::remaining_calls(at.k, at.tuner.born, at.n);
-            (instances, remaining)
-        });
-        worth
+        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
+        key.not_worth = ready.err();
+        key.not_worth.is_none()
     };
     match consensus::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
         Ok(consensus::Checkpoint::Agreed) => {
@@ -200,7 +196,12 @@ pub(super) fn search_step<C>(
                 key.decided = Some(done.plan);
             }
             key.timeline.push(Mark::Decision { call: k, winner });
-            tuner.settle(key, winner, phase, k + first_check());
+            tuner.settle(
+                key,
+                winner,
+                phase,
+                k + check::first_check(settings.drift_interval),
+            );
             slot.set_active(comm, None);
             slot.next_check.store(n + 1, Ordering::Relaxed);
             return Step {
@@ -210,15 +211,6 @@ pub(super) fn search_step<C>(
             };
         }
     }
-}
-
-/// The calls after a decision until its self-check: a whole drift window after the switch
-/// (never later than the first drift check).
-pub(super) fn first_check() -> u64 {
-    runtime::config()
-        .tuning
-        .drift_interval
-        .min(super::state::DRIFT_WINDOW + 2)
 }
 
 /// With COMMTUNE_VERBOSE=2, prints a line about the tuning of `entry`'s key.
@@ -265,7 +257,7 @@ pub(super) fn end_stalled_search(
     let Some((active, last)) = comm.active else {
         return;
     };
-    if std::ptr::eq(active, tuner) || n - last < STALL {
+    if std::ptr::eq(active, tuner) || n.saturating_sub(last) < STALL {
         return;
     }
     let mut other = lock(&active.state);

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 use commtune_report::SelfCheck;
 use commtune_report::TuningData;
-use commtune_tune::check::Prediction;
+use commtune_tune::check::{self, Prediction};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
@@ -29,9 +29,6 @@ use crate::sync::{LeakedCell, lock};
 /// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
 pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
-/// The drift watch times every one of the last calls before a drift check (never more than half
-/// of the interval): a median of so many calls is steady on a noisy machine.
-pub const DRIFT_WINDOW: u64 = 16;
 
 /// The tuner's state of one communicator (kept in its `comms` record; the record's epoch changes
 /// when the application frees the communicator, so a handle value reused for another
@@ -217,7 +214,7 @@ impl Tuner {
     /// The next drift check is at call `k` (u64::MAX: none); the calls of the window before it
     /// are timed whole.
     pub fn check_drift_at(&self, k: u64) {
-        let window = DRIFT_WINDOW.min(runtime::config().tuning.drift_interval / 2);
+        let window = check::window(runtime::config().tuning.drift_interval);
         self.drift_at.store(k, Ordering::Relaxed);
         let window_at = if k == u64::MAX {
             k

@@ -11,10 +11,11 @@ pub fn dir(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
         return Ok(dir);
     }
     match std::env::var("COMMTUNE_HISTORY") {
-        Ok(v) if v.trim() == "off" => {
+        // As the library reads it (src/config.rs): no trimming.
+        Ok(v) if v == "off" => {
             return Err("COMMTUNE_HISTORY=off: no store (give one with --dir)".to_string());
         }
-        Ok(v) if !v.trim().is_empty() => return Ok(PathBuf::from(v.trim())),
+        Ok(v) if !v.is_empty() => return Ok(PathBuf::from(v)),
         _ => {}
     }
     history::default_dir(|name| std::env::var(name).ok())

@@ -97,11 +97,15 @@ fn concurrent_writers_lose_nothing() {
             })
         })
         .collect();
-    // A reader meanwhile sees whole files only.
-    for _ in 0..20 {
+    // A reader meanwhile sees whole files only: it reads until it has seen some while the
+    // writers are at work (or they are done).
+    loop {
         let loaded = load(&dir);
         assert_eq!(loaded.warning(&dir), None);
         assert_eq!(loaded.entries.len(), loaded.files * 10);
+        if loaded.files > 0 || writers.iter().all(|w| w.is_finished()) {
+            break;
+        }
     }
     for w in writers {
         w.join().unwrap();

@@ -25,6 +25,22 @@ pub fn worth_searching(calls: u64, born: u64, now: u64, instances: u64) -> bool 
     remaining_calls(calls, born, now) >= COST_OVER_GAIN * instances as f64
 }
 
+/// Whether a key may be searched now under COMMTUNE_BUDGET `budget` (1: at once): Ok, or why
+/// not as (the search's instances, the calls expected to come) for the report.
+pub fn ready(
+    budget: f64,
+    calls: u64,
+    born: u64,
+    now: u64,
+    instances: u64,
+) -> Result<(), (u64, f64)> {
+    if budget >= 1.0 || worth_searching(calls, born, now, instances) {
+        Ok(())
+    } else {
+        Err((instances, remaining_calls(calls, born, now)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +59,12 @@ mod tests {
         assert!(worth_searching(112, 0, 111, 56));
         // A key that appeared late and is called rarely waits longer.
         assert!(!worth_searching(5, 1000, 1100, 56));
+    }
+
+    #[test]
+    fn ready_says_why_not_and_a_budget_of_one_searches_at_once() {
+        assert_eq!(ready(0.2, 10, 0, 9, 56), Err((56, 10.0)));
+        assert_eq!(ready(1.0, 10, 0, 9, 56), Ok(()));
+        assert_eq!(ready(0.2, 112, 0, 111, 56), Ok(()));
     }
 }

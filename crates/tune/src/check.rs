@@ -9,6 +9,26 @@ use crate::settings::Timing;
 /// that is slower than predicted but still faster than every alternative stays.
 pub const MARGIN: f64 = 0.25;
 
+/// Production calls are timed one in this many (for the report, and for the budget's
+/// denominator, where each stands for as many calls), besides the windows before checks.
+pub const SAMPLE_EVERY: u64 = 8;
+
+/// Production calls timed whole before a drift check (never more than half of the interval): a
+/// median of so many calls is steady on a noisy machine. The first window after a decision is
+/// the self-check's.
+pub const DRIFT_WINDOW: u64 = 16;
+
+/// The calls of a window before a check, with COMMTUNE_DRIFT_INTERVAL `drift_interval`.
+pub fn window(drift_interval: u64) -> u64 {
+    DRIFT_WINDOW.min(drift_interval / 2)
+}
+
+/// The calls after a decision until its self-check: a whole window after the switch (never later
+/// than the first drift check).
+pub fn first_check(drift_interval: u64) -> u64 {
+    drift_interval.min(DRIFT_WINDOW + 2)
+}
+
 /// What a search predicted (agreed estimates, clock ticks per call).
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub struct Prediction {

@@ -48,13 +48,9 @@ use crate::settings::{Settings, Timing};
 use crate::stats::Filter;
 use crate::trace::{Kind, Record, Trace};
 
-/// The library's first checkpoint comes at this collective instance of a communicator, and its
-/// self-check times this many calls before it checks (src/tuner/state.rs: `MIN_INTERVAL`,
-/// `DRIFT_WINDOW`).
+/// The library's first checkpoint comes at this collective instance of a communicator
+/// (src/tuner/state.rs: `MIN_INTERVAL`).
 const FIRST_CHECKPOINT: u64 = 4;
-const DRIFT_WINDOW: u64 = 16;
-/// Production calls the library times for the report (the budget's denominator): one in eight.
-const SAMPLE_EVERY: u64 = 8;
 
 /// Instances after a switch that the switch affects, each drawn in its place: the first pays
 /// for what the predecessor left in the queues (up to 1.9 times a steady instance in
@@ -783,8 +779,8 @@ fn production(
 ) -> Production {
     // The self-check: the first drift check, a whole window after the decision
     // (src/tuner/search.rs `first_check`, state.rs `check_drift_at`).
-    let check = settings.drift_interval.min(DRIFT_WINDOW + 2);
-    let window = DRIFT_WINDOW.min(settings.drift_interval / 2);
+    let check = check::first_check(settings.drift_interval);
+    let window = check::window(settings.drift_interval);
     Production {
         winner,
         predicted,
@@ -818,7 +814,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         settings.block as usize,
         settings.samples,
     );
-    let worth = |k: u64| settings.budget >= 1.0 || budget::worth_searching(k, 0, k - 1, instances);
+    let worth = |k: u64| budget::ready(settings.budget, k, 0, k - 1, instances).is_ok();
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
     let mut timing = settings.timing;
@@ -868,7 +864,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             },
         };
         let timed = match &phase {
-            Phase::Production(p) => k % SAMPLE_EVERY == 1 || k >= p.window_from,
+            Phase::Production(p) => k % check::SAMPLE_EVERY == 1 || k >= p.window_from,
             _ => true,
         };
         let times = sim.run(codelet, barrier, timed);
@@ -1178,6 +1174,6 @@ mod tests {
     fn the_grid_has_every_combination() {
         let g = grid(&SEARCHES, &TIMINGS, &FILTERS, &BLOCKS, &SAMPLES);
         assert_eq!(g.len(), 243);
-        assert!(g.contains(&Settings::default()) || Settings::default().samples == 8);
+        assert!(g.contains(&Settings::default()));
     }
 }
