@@ -113,19 +113,11 @@ impl Map {
         for m in measured {
             by_op.entry(m.op.as_str()).or_default().push(m);
         }
-        let mut map = Map::default();
-        for (op, problems) in by_op {
-            map.rebuild(op, &problems, tolerance);
-        }
-        map
-    }
-
-    /// Replaces the map of `op` with one built from `measured` (its problems).
-    pub fn rebuild(&mut self, op: &str, measured: &[&Measured], tolerance: f64) {
-        match Tree::new(measured, tolerance) {
-            Some(tree) => self.trees.insert(op.to_string(), tree),
-            None => self.trees.remove(op),
-        };
+        let trees = by_op
+            .into_iter()
+            .filter_map(|(op, problems)| Some((op.to_string(), Tree::new(&problems, tolerance)?)))
+            .collect();
+        Map { trees }
     }
 
     /// The operations that have a map.

@@ -95,17 +95,55 @@ pub struct Measured {
     pub op: String,
     pub comm_size: u32,
     pub bytes: u64,
-    /// Per codelet the median of the jobs' estimates (us per call), by codelet name.
+    /// Per codelet the median of the jobs' estimates (us per call), by codelet name; never
+    /// empty.
     pub times: Vec<(String, f64)>,
     /// The strongest way the problem was measured (calibrate, then search, then a confirmed
     /// prediction).
     pub how: How,
-    /// Every job's estimate per codelet, by codelet name then time: what `times` is the median of.
-    samples: Vec<(String, Vec<f64>)>,
+    /// The index in `times` of the fastest codelet (ties: the first by name).
+    best: usize,
+    /// Every job's estimates of each codelet of `times`, sorted: what the medians are of.
+    samples: Vec<Vec<f64>>,
 }
 
 impl Measured {
-    /// The median time of `codelet`, if some job measured it.
+    /// Merges the estimates of one problem, `(codelet, us)` in any order; None without a usable
+    /// one (finite and positive).
+    fn new(
+        op: &str,
+        comm_size: u32,
+        bytes: u64,
+        how: How,
+        mut estimates: Vec<(&str, f64)>,
+    ) -> Option<Measured> {
+        estimates.retain(|(_, us)| us.is_finite() && *us > 0.0);
+        estimates.sort_by(|a, b| a.0.cmp(b.0).then(a.1.total_cmp(&b.1)));
+        let mut times = Vec::new();
+        let mut samples = Vec::new();
+        for run in estimates.chunk_by(|a, b| a.0 == b.0) {
+            let sorted: Vec<f64> = run.iter().map(|e| e.1).collect();
+            times.push((run[0].0.to_string(), median(&sorted)));
+            samples.push(sorted);
+        }
+        let mut best = 0;
+        for (i, (_, us)) in times.iter().enumerate() {
+            if *us < times[best].1 {
+                best = i;
+            }
+        }
+        (!times.is_empty()).then(|| Measured {
+            op: op.to_string(),
+            comm_size,
+            bytes,
+            times,
+            how,
+            best,
+            samples,
+        })
+    }
+
+    /// The time of `codelet` (the median over jobs), if some job measured it.
     pub fn time(&self, codelet: &str) -> Option<f64> {
         self.times
             .binary_search_by(|(c, _)| c.as_str().cmp(codelet))
@@ -115,18 +153,13 @@ impl Measured {
 
     /// The fastest codelet (ties: the first by name) and its time.
     pub fn best(&self) -> (&str, f64) {
-        let mut best = (self.times[0].0.as_str(), self.times[0].1);
-        for (codelet, us) in &self.times[1..] {
-            if *us < best.1 {
-                best = (codelet, *us);
-            }
-        }
-        best
+        let (codelet, us) = &self.times[self.best];
+        (codelet, *us)
     }
 
     /// How much slower `codelet` is here than the best (0.1: 10 %), if it was measured.
     pub fn penalty(&self, codelet: &str) -> Option<f64> {
-        Some(self.time(codelet)? / self.best().1 - 1.0)
+        Some(self.time(codelet)? / self.times[self.best].1 - 1.0)
     }
 
     fn x(&self) -> f64 {
@@ -145,27 +178,18 @@ impl Measured {
         }
     }
 
-    /// Adds one job's estimates and recomputes the medians.
-    fn absorb(&mut self, entry: &Entry) {
-        for e in &entry.estimates {
-            if !(e.us.is_finite() && e.us > 0.0) {
-                continue;
-            }
-            match self.samples.binary_search_by(|(c, _)| c.cmp(&e.codelet)) {
-                Ok(i) => {
-                    let times = &mut self.samples[i].1;
-                    let at = times.partition_point(|t| t.total_cmp(&e.us).is_lt());
-                    times.insert(at, e.us);
-                }
-                Err(i) => self.samples.insert(i, (e.codelet.clone(), vec![e.us])),
-            }
-        }
-        self.how = strongest(self.how, entry.how);
-        self.times = self
-            .samples
+    /// This problem with one more job's entry.
+    fn with(&self, entry: &Entry) -> Measured {
+        let mut estimates: Vec<(&str, f64)> = self
+            .times
             .iter()
-            .map(|(c, times)| (c.clone(), median(times)))
+            .zip(&self.samples)
+            .flat_map(|((codelet, _), samples)| samples.iter().map(|&us| (codelet.as_str(), us)))
             .collect();
+        estimates.extend(entry.estimates.iter().map(|e| (e.codelet.as_str(), e.us)));
+        let how = strongest(self.how, entry.how);
+        Measured::new(&self.op, self.comm_size, self.bytes, how, estimates)
+            .expect("a measured problem keeps its estimates")
     }
 }
 
@@ -198,31 +222,22 @@ fn strongest(a: How, b: How) -> How {
 pub fn merge(entries: &[Entry]) -> Vec<Measured> {
     let mut sorted: Vec<&Entry> = entries.iter().collect();
     sorted.sort_by(|a, b| key(a).cmp(&key(b)));
-    let mut merged: Vec<Measured> = Vec::new();
-    for entry in sorted {
-        let same = |last: &Measured| (last.op.as_str(), last.comm_size, last.bytes) == key(entry);
-        if !merged.last().is_some_and(same) {
-            merged.push(blank(entry));
-        }
-        merged.last_mut().expect("pushed").absorb(entry);
-    }
-    merged.retain(|m| !m.times.is_empty());
-    merged
+    sorted
+        .chunk_by(|a, b| key(a) == key(b))
+        .filter_map(|jobs| {
+            let (op, comm_size, bytes) = key(jobs[0]);
+            let how = jobs.iter().map(|e| e.how).fold(jobs[0].how, strongest);
+            let estimates = jobs
+                .iter()
+                .flat_map(|e| e.estimates.iter().map(|e| (e.codelet.as_str(), e.us)))
+                .collect();
+            Measured::new(op, comm_size, bytes, how, estimates)
+        })
+        .collect()
 }
 
 fn key(entry: &Entry) -> (&str, u32, u64) {
     (entry.op.as_str(), entry.comm_size, entry.bytes)
-}
-
-fn blank(entry: &Entry) -> Measured {
-    Measured {
-        op: entry.op.clone(),
-        comm_size: entry.comm_size,
-        bytes: entry.bytes,
-        times: Vec::new(),
-        how: entry.how,
-        samples: Vec::new(),
-    }
 }
 
 /// Whether an entry was measured with the same MPI library (version string) and platform.
@@ -241,6 +256,8 @@ struct Point {
     /// How far from the problem its winner is still within `pmax` of the best (ADCL's maximum
     /// distance); 0: identical problems only.
     reach: f64,
+    /// How far the analysis of the reach looked: a problem added farther away cannot change it.
+    horizon: f64,
 }
 
 /// The problems of one communicator size: a run of `Operation::points`, by bytes.
@@ -363,7 +380,7 @@ impl Operation {
         };
         operation.regroup();
         for i in 0..operation.points.len() {
-            operation.points[i].reach = operation.reach(i, pmax);
+            (operation.points[i].reach, operation.points[i].horizon) = operation.reach(i, pmax);
         }
         operation.update_max_reach();
         operation
@@ -397,13 +414,18 @@ impl Operation {
     /// ADCL's maximum distance of problem `i`: walking outward, the distance of the last
     /// neighbour where its winner is within `pmax` of the best before the first where it is not.
     /// A neighbour that did not measure the winner neither confirms nor refutes it; neighbours at
-    /// the same distance as a refuting one do not count.
-    fn reach(&self, i: usize, pmax: f64) -> f64 {
+    /// the same distance as a refuting one do not count. Also the distance of the last neighbour
+    /// looked at, the horizon (MAX_REACH when the walk ran out of neighbours).
+    fn reach(&self, i: usize, pmax: f64) -> (f64, f64) {
         let p = &self.points[i];
         let mut reach = 0.0;
         let mut level: Option<f64> = None;
+        let mut horizon = MAX_REACH;
         let walk = Walk::new(self, p.x, p.y, MAX_REACH).filter(|&(_, j)| j != i);
-        for (d, j) in walk.take(NEIGHBOURS) {
+        for (n, (d, j)) in walk.take(NEIGHBOURS).enumerate() {
+            if n + 1 == NEIGHBOURS {
+                horizon = d;
+            }
             let Some(penalty) = self.points[j].measured.penalty(&p.winner) else {
                 continue;
             };
@@ -413,12 +435,11 @@ impl Operation {
                 reach = l;
             }
             if penalty > pmax {
-                level = None;
-                break;
+                return (reach, d);
             }
             level = Some(d);
         }
-        level.map_or(reach, |l| l)
+        (level.unwrap_or(reach), horizon)
     }
 
     /// The problems whose reach covers (x, y) and whose winner is applicable, with their
@@ -463,9 +484,9 @@ impl Operation {
         }
         let below = (group.start..at).rev().find(measures)?;
         let (x0, x1) = (self.points[below].x, self.points[above].x);
-        let (t0, t1) = (time(below).ln(), time(above).ln());
-        let t = t0 + (t1 - t0) * (log2(bytes) - x0) / (x1 - x0);
-        Some((t.exp(), vec![below, above]))
+        let (t0, t1) = (time(below), time(above));
+        let t = t0 * (t1 / t0).powf((log2(bytes) - x0) / (x1 - x0));
+        Some((t, vec![below, above]))
     }
 
     /// The nearest problem of the operation that measured `codelet`.
@@ -481,10 +502,6 @@ impl Operation {
             .map(|&j| self.points[j].measured.source())
             .collect()
     }
-
-    fn measured(&self) -> impl Iterator<Item = &Measured> {
-        self.points.iter().map(|p| &p.measured)
-    }
 }
 
 fn point(measured: Measured) -> Point {
@@ -494,6 +511,7 @@ fn point(measured: Measured) -> Point {
         y: measured.y(),
         winner,
         reach: 0.0,
+        horizon: MAX_REACH,
         measured,
     }
 }
@@ -530,7 +548,8 @@ impl Knowledge {
         }
     }
 
-    /// A decision taken in this run (cheap enough to call at every decision).
+    /// A decision taken in this run (cheap enough to call at every decision). It predicts through
+    /// its reach; the decision map stays the history's (rebuilding it costs O(n log n)).
     pub fn add(&mut self, entry: Entry) {
         let op = self.operations.entry(entry.op.clone()).or_default();
         let at = op.points.partition_point(|p| {
@@ -540,27 +559,36 @@ impl Knowledge {
             (p.measured.comm_size, p.measured.bytes) == (entry.comm_size, entry.bytes)
         });
         if existing {
-            let mut measured = op.points[at].measured.clone();
-            measured.absorb(&entry);
+            let measured = op.points[at].measured.with(&entry);
             op.points[at] = point(measured);
         } else {
-            let mut measured = blank(&entry);
-            measured.absorb(&entry);
-            if measured.times.is_empty() {
+            let estimates = entry
+                .estimates
+                .iter()
+                .map(|e| (e.codelet.as_str(), e.us))
+                .collect();
+            let Some(measured) = Measured::new(
+                &entry.op,
+                entry.comm_size,
+                entry.bytes,
+                entry.how,
+                estimates,
+            ) else {
                 return;
-            }
+            };
             op.points.insert(at, point(measured));
             op.regroup();
         }
-        // Only the problems within MAX_REACH of the new one can see it in their analysis.
+        // Only the problems whose analysis looked as far as the new one can change.
         let (x, y) = (op.points[at].x, op.points[at].y);
-        let near: Vec<usize> = Walk::new(op, x, y, MAX_REACH).map(|(_, j)| j).collect();
+        let near: Vec<usize> = Walk::new(op, x, y, MAX_REACH)
+            .filter(|&(d, j)| j == at || d <= op.points[j].horizon)
+            .map(|(_, j)| j)
+            .collect();
         for j in near {
-            op.points[j].reach = op.reach(j, self.pmax);
+            (op.points[j].reach, op.points[j].horizon) = op.reach(j, self.pmax);
         }
         op.update_max_reach();
-        let measured: Vec<&Measured> = op.measured().collect();
-        self.map.rebuild(&entry.op, &measured, self.pmax);
     }
 
     /// The predicted winner among the codelets for which `applicable` holds, with its predicted
@@ -632,6 +660,57 @@ impl Knowledge {
     pub fn map(&self) -> &Map {
         &self.map
     }
+}
+
+/// How well the history predicts problems it has not seen: each problem predicted from all the
+/// others of its operation (leave-one-out), among the codelets it measured (a calibration, or a
+/// search that tried every applicable codelet, measured exactly the applicable ones).
+#[derive(Clone, Copy, PartialEq, Debug, Default)]
+pub struct Evaluation {
+    pub problems: usize,
+    /// Predicted at all, and of those by covering problems (the rest by the decision map).
+    pub predicted: usize,
+    pub covered: usize,
+    /// Predicted winners within `pmax` of the problem's best.
+    pub within: usize,
+    /// Predicted times within `pmax` of the predicted winner's measured time: the safety net
+    /// keeps those predictions.
+    pub time_within: usize,
+}
+
+/// Leave-one-out over `measured` (`merge`'s problems, any operations) with `predictor` for
+/// covered problems: each problem is predicted by the knowledge of the other problems of its
+/// operation, analysed with `pmax`.
+pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> Evaluation {
+    let mut evaluation = Evaluation {
+        problems: measured.len(),
+        ..Evaluation::default()
+    };
+    for (i, held) in measured.iter().enumerate() {
+        let others: Vec<Measured> = measured
+            .iter()
+            .enumerate()
+            .filter(|&(j, m)| j != i && m.op == held.op)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let knowledge = Knowledge::from_measured(others, pmax);
+        let problem = Problem {
+            op: &held.op,
+            comm_size: held.comm_size,
+            bytes: held.bytes,
+        };
+        let applicable = |c: &str| held.time(c).is_some();
+        let Some(p) = knowledge.predict_with(&problem, &applicable, predictor) else {
+            continue;
+        };
+        evaluation.predicted += 1;
+        evaluation.covered += usize::from(p.predictor != Predictor::Map);
+        let penalty = held.penalty(&p.winner).expect("applicable means measured");
+        evaluation.within += usize::from(penalty <= pmax);
+        let measured = held.time(&p.winner).expect("applicable means measured");
+        evaluation.time_within += usize::from((p.us / measured - 1.0).abs() <= pmax);
+    }
+    evaluation
 }
 
 /// The closest covering problem's winner (ties: the first problem).
