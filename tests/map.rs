@@ -130,7 +130,10 @@ fn map_shows_the_crossover_and_predicts_the_unseen_problems() {
         vote.contains(" / 100.0 / "),
         "every problem predicted\n{report}"
     );
-    assert!(stdout.contains("### all operations, prediction leave-one-out:"));
+    assert!(
+        stdout.contains("### all operations\ndecision maps: leave-one-out penalty mean "),
+        "{report}"
+    );
 }
 
 #[test]

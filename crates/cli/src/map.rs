@@ -65,6 +65,7 @@ fn section(out: &mut String, measured: &[Measured], options: &Options) {
     for m in measured {
         by_op.entry(m.op.as_str()).or_default().push(m);
     }
+    let mut all = map::Penalty::default();
     for (op, problems) in &by_op {
         let mut comm_sizes: Vec<u32> = problems.iter().map(|m| m.comm_size).collect();
         comm_sizes.dedup();
@@ -80,15 +81,19 @@ fn section(out: &mut String, measured: &[Measured], options: &Options) {
         );
         let depth = map.depth(op).expect("an operation with problems has a map");
         let penalty = map::leave_one_out(problems, options.tolerance);
+        all.mean += penalty.mean * penalty.decided as f64;
+        all.decided += penalty.decided;
+        all.worst = all.worst.max(penalty.worst);
         let _ = writeln!(
             out,
             "decision map (quadtree, tolerance {}): depth max {}, mean {:.2} over {} leaves; \
-             leave-one-out penalty mean {}, worst {} over {} problems",
+             leave-one-out penalty mean {}, median {}, worst {} over {} problems",
             percent(options.tolerance),
             depth.max,
             depth.mean,
             depth.leaves,
             percent(penalty.mean),
+            percent(penalty.median),
             percent(penalty.worst),
             penalty.decided
         );
@@ -109,7 +114,14 @@ fn section(out: &mut String, measured: &[Measured], options: &Options) {
         out.push_str(&rates(&owned, &options.pmax));
     }
     if by_op.len() > 1 {
-        out.push_str("\n### all operations, prediction leave-one-out:\n");
+        let _ = writeln!(
+            out,
+            "\n### all operations\ndecision maps: leave-one-out penalty mean {}, worst {} over {} \
+             problems\nprediction, leave-one-out:",
+            percent(all.mean / all.decided.max(1) as f64),
+            percent(all.worst),
+            all.decided
+        );
         out.push_str(&rates(measured, &options.pmax));
     }
 }

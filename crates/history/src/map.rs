@@ -35,7 +35,17 @@ pub struct Map {
 #[derive(Clone, Debug)]
 struct Tree {
     area: Area,
+    /// The codelets measured in the tree, by name; nodes rank their indices.
+    codelets: Vec<String>,
     root: Node,
+}
+
+/// A problem as a tree sees it: its place and each codelet's penalty, by the tree's codelet
+/// index (None: not measured).
+struct Sample {
+    x: f64,
+    y: f64,
+    penalties: Vec<Option<f64>>,
 }
 
 /// A region of (log2 bytes, log2 communicator size), lower bounds inclusive.
@@ -76,8 +86,8 @@ impl Area {
 
 #[derive(Clone, Debug)]
 struct Node {
-    /// The codelets measured in the region, best first.
-    ranking: Vec<String>,
+    /// The codelets measured in the region (indices in `Tree::codelets`), best first.
+    ranking: Vec<usize>,
     /// The four quarters of a node that split; None for a quarter without problems.
     children: Option<Box<[Option<Node>; 4]>>,
 }
@@ -98,8 +108,10 @@ pub struct Penalty {
     pub problems: usize,
     /// Problems the map decided (all but those of an operation with a single problem).
     pub decided: usize,
-    /// Mean and worst of (time of the decided codelet / best time − 1) over the decided problems.
+    /// Mean, median (the upper one) and worst of (time of the decided codelet / best time − 1)
+    /// over the decided problems.
     pub mean: f64,
+    pub median: f64,
     pub worst: f64,
 }
 
@@ -177,29 +189,42 @@ impl Map {
 
 impl Tree {
     fn new(measured: &[&Measured], tolerance: f64) -> Option<Tree> {
-        let points: Vec<(f64, f64, &Measured)> = measured
+        let codelets: Vec<String> = measured
+            .iter()
+            .flat_map(|m| m.times.iter().map(|(c, _)| c.as_str()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let samples: Vec<Sample> = measured
             .iter()
             .map(|m| {
                 let (x, y) = coordinates(m.comm_size, m.bytes);
-                (x, y, *m)
+                let penalties = codelets.iter().map(|c| m.penalty(c)).collect();
+                Sample { x, y, penalties }
             })
             .collect();
-        let bounds = |axis: fn(&(f64, f64, &Measured)) -> f64| {
-            let low = points
+        let bounds = |axis: fn(&Sample) -> f64| {
+            let low = samples
                 .iter()
                 .map(axis)
                 .fold(f64::INFINITY, f64::min)
                 .floor();
-            let high = points.iter().map(axis).fold(f64::NEG_INFINITY, f64::max);
+            let high = samples.iter().map(axis).fold(f64::NEG_INFINITY, f64::max);
             (low, (high.floor() + 1.0).max(low + 1.0))
         };
-        if points.is_empty() {
+        if samples.is_empty() {
             return None;
         }
-        let ((x0, x1), (y0, y1)) = (bounds(|p| p.0), bounds(|p| p.1));
+        let ((x0, x1), (y0, y1)) = (bounds(|s| s.x), bounds(|s| s.y));
         let area = Area { x0, x1, y0, y1 };
-        let root = Node::build(&points, area, 0, tolerance);
-        Some(Tree { area, root })
+        let all: Vec<&Sample> = samples.iter().collect();
+        let root = Node::build(&all, area, 0, tolerance);
+        Some(Tree {
+            area,
+            codelets,
+            root,
+        })
     }
 
     fn decide(
@@ -224,15 +249,17 @@ impl Tree {
             path.push(child);
             area = area.quarter(q);
         }
-        path.iter()
-            .rev()
-            .find_map(|node| node.ranking.iter().find(|c| applicable(c)))
-            .map(String::as_str)
+        path.iter().rev().find_map(|node| {
+            node.ranking
+                .iter()
+                .map(|&c| self.codelets[c].as_str())
+                .find(|c| applicable(c))
+        })
     }
 }
 
 impl Node {
-    fn build(points: &[(f64, f64, &Measured)], area: Area, depth: u32, tolerance: f64) -> Node {
+    fn build(points: &[&Sample], area: Area, depth: u32, tolerance: f64) -> Node {
         let (ranking, fits) = rank(points, tolerance);
         if fits || depth == MAX_DEPTH || points.len() <= 1 {
             return Node {
@@ -240,9 +267,9 @@ impl Node {
                 children: None,
             };
         }
-        let mut quarters: [Vec<(f64, f64, &Measured)>; 4] = Default::default();
+        let mut quarters: [Vec<&Sample>; 4] = Default::default();
         for &p in points {
-            quarters[area.quarter_of(p.0, p.1)].push(p);
+            quarters[area.quarter_of(p.x, p.y)].push(p);
         }
         let mut children: [Option<Node>; 4] = Default::default();
         for (q, quarter) in quarters.iter().enumerate() {
@@ -289,36 +316,31 @@ impl Node {
 
 /// The codelets measured in a region, best first, and whether the first is within `tolerance`
 /// of the best at every problem of the region.
-fn rank(points: &[(f64, f64, &Measured)], tolerance: f64) -> (Vec<String>, bool) {
-    let codelets: BTreeSet<&str> = points
-        .iter()
-        .flat_map(|p| p.2.times.iter().map(|(c, _)| c.as_str()))
-        .collect();
-    let mut scored: Vec<(bool, f64, &str)> = codelets
-        .into_iter()
+fn rank(points: &[&Sample], tolerance: f64) -> (Vec<usize>, bool) {
+    let codelets = points.first().map_or(0, |p| p.penalties.len());
+    let mut scored: Vec<(bool, f64, usize)> = (0..codelets)
+        .filter(|&c| points.iter().any(|p| p.penalties[c].is_some()))
         .map(|c| {
             let (mut sum, mut fits) = (0.0, true);
             for p in points {
-                let penalty = p.2.penalty(c);
+                let penalty = p.penalties[c];
                 fits &= penalty.is_some_and(|pen| pen <= tolerance);
                 sum += penalty.map_or(UNMEASURED, |pen| pen.min(UNMEASURED));
             }
             (!fits, sum / points.len() as f64, c)
         })
         .collect();
-    scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(b.2)));
+    // Codelet indices follow the names: ties go to the first name.
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
     let fits = scored.first().is_some_and(|s| !s.0);
-    (scored.into_iter().map(|s| s.2.to_string()).collect(), fits)
+    (scored.into_iter().map(|s| s.2).collect(), fits)
 }
 
 /// The leave-one-out penalty of the map of one operation's problems: each problem decided by
 /// the map built from the others, among the codelets it measured (a calibration, or a search
 /// that tried every applicable codelet, measured exactly the applicable ones).
 pub fn leave_one_out(measured: &[&Measured], tolerance: f64) -> Penalty {
-    let mut penalty = Penalty {
-        problems: measured.len(),
-        ..Penalty::default()
-    };
+    let mut penalties = Vec::with_capacity(measured.len());
     let mut others: Vec<&Measured> = Vec::with_capacity(measured.len());
     for (i, held) in measured.iter().enumerate() {
         others.clear();
@@ -327,18 +349,23 @@ pub fn leave_one_out(measured: &[&Measured], tolerance: f64) -> Penalty {
             continue;
         };
         let applicable = |c: &str| held.time(c).is_some();
-        let Some(decided) = tree.decide(held.comm_size, held.bytes, &applicable) else {
-            continue;
-        };
-        let p = held.penalty(decided).expect("applicable means measured");
-        penalty.decided += 1;
-        penalty.mean += p;
-        penalty.worst = penalty.worst.max(p);
+        if let Some(decided) = tree.decide(held.comm_size, held.bytes, &applicable) {
+            penalties.push(held.penalty(decided).expect("applicable means measured"));
+        }
     }
-    if penalty.decided > 0 {
-        penalty.mean /= penalty.decided as f64;
+    penalties.sort_by(f64::total_cmp);
+    let decided = penalties.len();
+    Penalty {
+        problems: measured.len(),
+        decided,
+        mean: penalties.iter().sum::<f64>() / decided.max(1) as f64,
+        median: if decided == 0 {
+            0.0
+        } else {
+            penalties[decided / 2]
+        },
+        worst: penalties.last().copied().unwrap_or(0.0),
     }
-    penalty
 }
 
 #[cfg(test)]

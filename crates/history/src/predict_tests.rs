@@ -366,3 +366,9 @@ fn synthetic_one(comm_size: u32, bytes: u64) -> Entry {
     e.bytes = bytes;
     e
 }
+
+#[test]
+fn knowledge_can_be_built_in_a_background_thread_and_shared() {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Knowledge>();
+}
