@@ -534,8 +534,8 @@ impl Knowledge {
         Knowledge::from_measured(merge(entries), pmax)
     }
 
-    /// From problems already merged (`merge`).
-    pub fn from_measured(measured: Vec<Measured>, pmax: f64) -> Knowledge {
+    /// From problems as `merge` gives them (sorted).
+    fn from_measured(measured: Vec<Measured>, pmax: f64) -> Knowledge {
         let map = Map::new(&measured, pmax);
         let mut operations: BTreeMap<String, Vec<Measured>> = BTreeMap::new();
         for m in measured {
