@@ -372,3 +372,30 @@ fn knowledge_can_be_built_in_a_background_thread_and_shared() {
     fn send_and_sync<T: Send + Sync>() {}
     send_and_sync::<Knowledge>();
 }
+
+#[test]
+fn adding_decisions_one_by_one_analyses_as_building_from_all_of_them() {
+    // Sparse with duplicates, and dense enough that walks stop at NEIGHBOURS.
+    for (entries, op) in [(noisy_jobs(), "allreduce"), (synthetic(3000), "alltoall")] {
+        let (history, this_run) = entries.split_at(entries.len() / 2);
+        let mut added = Knowledge::new(history, 0.1);
+        // Every third twice: new problems and duplicates of known ones.
+        for entry in this_run.iter().step_by(3).chain(this_run.iter()) {
+            added.add(entry.clone());
+        }
+        let mut all = entries.clone();
+        all.extend(this_run.iter().step_by(3).cloned());
+        let built = Knowledge::new(&all, 0.1);
+        let analysis = |k: &Knowledge| -> Vec<(u32, u64, String, u64)> {
+            k.operations[op]
+                .points
+                .iter()
+                .map(|p| {
+                    let m = &p.measured;
+                    (m.comm_size, m.bytes, p.winner.clone(), p.reach.to_bits())
+                })
+                .collect()
+        };
+        assert_eq!(analysis(&added), analysis(&built), "{op}");
+    }
+}
