@@ -159,3 +159,55 @@ fn one_operation_and_a_damaged_file_give_one_warning() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--pmax"), "{stderr}");
 }
+
+#[test]
+fn a_later_store_is_predicted_from_the_earlier_one() {
+    let dir = scratch("map_against");
+    let (earlier, later) = (dir.join("earlier"), dir.join("later"));
+    std::fs::create_dir_all(&earlier).unwrap();
+    std::fs::create_dir_all(&later).unwrap();
+    store(&earlier);
+    // Sizes between the earlier ones: 12 B, 24 B, ... 3 MiB.
+    let mut text = HEADER.to_string();
+    for k in 2..=20 {
+        text.push_str(&crossover("Open MPI v4.1.4", "allreduce", 4, 3 << k));
+    }
+    std::fs::write(later.join("node1-1-1-0.jsonl"), text).unwrap();
+    let args = [
+        "--dir",
+        earlier.to_str().unwrap(),
+        "--against",
+        later.to_str().unwrap(),
+    ];
+    let (output, stdout, stderr) =
+        map(&[&args[..], &["--op", "allreduce", "--pmax", "10"]].concat());
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "predicting the problems of the later store {}: 19 entries in 1 files",
+            later.display()
+        )),
+        "{stdout}"
+    );
+    let open_mpi = section(&stdout, "## Open MPI v4.1.4 on node#").join("\n");
+    let rows: Vec<&str> = open_mpi
+        .lines()
+        .skip_while(|l| *l != "prediction of the later store's problems:")
+        .collect();
+    let vote = rows
+        .iter()
+        .find(|l| l.starts_with("vote*"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let within: f64 = vote.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(within >= 90.0, "{stdout}");
+    assert!(
+        vote.contains(" / 100.0 / "),
+        "every later problem predicted\n{stdout}"
+    );
+    // MPICH's section has no later problems to predict.
+    let mpich = section(&stdout, "## MPICH Version: 4.0").join("\n");
+    assert!(
+        mpich.contains("vote*      0.0 / 0.0 / 0.0 / 0.0"),
+        "{stdout}"
+    );
+}

@@ -77,6 +77,10 @@ struct MapArgs {
     /// problem of the leaf (percent, or a fraction below 1)
     #[arg(long, default_value = "10", value_name = "PERCENT")]
     tolerance: String,
+    /// Predict the problems of this later store (e.g. a second run's) from the store, instead of
+    /// leave-one-out
+    #[arg(long, value_name = "DIR")]
+    against: Option<PathBuf>,
 }
 
 const SIMULATE_ABOUT: &str = "Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, \
@@ -413,7 +417,19 @@ fn show_map(args: MapArgs) -> Result<(), Failure> {
         pmax,
         tolerance,
     };
-    emit(&map::text(&dir, &loaded, &options))
+    let later = args
+        .against
+        .as_ref()
+        .map(|dir| (dir, commtune_history::load(dir)));
+    if let Some((dir, loaded)) = &later
+        && let Some(warning) = loaded.warning(dir)
+    {
+        eprintln!("{warning}");
+    }
+    let later = later
+        .as_ref()
+        .map(|(dir, loaded)| map::Later { dir, loaded });
+    emit(&map::text(&dir, &loaded, later, &options))
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use commtune_history::map::{self, Map};
-use commtune_history::predict::{self, Measured, Predictor};
+use commtune_history::predict::{self, Evaluation, Knowledge, Measured, Predictor};
 use commtune_history::{Entry, Loaded};
 use commtune_tune::classes::human;
 
@@ -21,17 +21,17 @@ pub struct Options {
     pub tolerance: f64,
 }
 
-/// The whole output: a heading line, then one section per MPI library and platform.
-pub fn text(dir: &Path, loaded: &Loaded, options: &Options) -> String {
-    let mut out = format!(
-        "history {}: {} entries in {} files\n",
-        dir.display(),
-        loaded.entries.len(),
-        loaded.files
-    );
+/// A later store whose problems the store predicts, instead of leave-one-out.
+pub struct Later<'a> {
+    pub dir: &'a Path,
+    pub loaded: &'a Loaded,
+}
+
+/// The entries of each MPI library and platform (the platform as the heading shows it).
+fn sections<'a>(loaded: &'a Loaded, op: Option<&str>) -> BTreeMap<(&'a str, String), Vec<Entry>> {
     let mut sections: BTreeMap<(&str, String), Vec<Entry>> = BTreeMap::new();
     for entry in &loaded.entries {
-        if options.op.as_ref().is_some_and(|op| *op != entry.op) {
+        if op.is_some_and(|op| op != entry.op) {
             continue;
         }
         let p = &entry.platform;
@@ -41,11 +41,52 @@ pub fn text(dir: &Path, loaded: &Loaded, options: &Options) -> String {
             .or_default()
             .push(entry.clone());
     }
+    sections
+}
+
+/// The whole output: a heading line, then one section per MPI library and platform.
+pub fn text(dir: &Path, loaded: &Loaded, later: Option<Later>, options: &Options) -> String {
+    let mut out = format!(
+        "history {}: {} entries in {} files\n",
+        dir.display(),
+        loaded.entries.len(),
+        loaded.files
+    );
+    let sections = sections(loaded, options.op.as_deref());
+    let mut later_sections = BTreeMap::new();
+    if let Some(later) = &later {
+        later_sections = self::sections(later.loaded, options.op.as_deref());
+        let _ = writeln!(
+            out,
+            "predicting the problems of the later store {}: {} entries in {} files",
+            later.dir.display(),
+            later.loaded.entries.len(),
+            later.loaded.files
+        );
+    }
     if sections.is_empty() {
         out.push_str("nothing to map\n");
     }
     for ((mpi, platform), entries) in sections {
         let measured = predict::merge(&entries);
+        let trial = match later {
+            None => Trial::LeaveOneOut,
+            Some(_) => {
+                let key = (mpi, platform.clone());
+                let problems = later_sections
+                    .get(&key)
+                    .map_or_else(Vec::new, |e| predict::merge(e));
+                let knowledge = options
+                    .pmax
+                    .iter()
+                    .map(|&p| Knowledge::new(&entries, p))
+                    .collect();
+                Trial::Later {
+                    problems,
+                    knowledge,
+                }
+            }
+        };
         // The version string's first part names the library and its version.
         let library = mpi.split(',').next().unwrap_or(mpi);
         let _ = writeln!(
@@ -54,12 +95,62 @@ pub fn text(dir: &Path, loaded: &Loaded, options: &Options) -> String {
             entries.len(),
             measured.len()
         );
-        section(&mut out, &measured, options);
+        section(&mut out, &measured, &trial, options);
     }
     out
 }
 
-fn section(out: &mut String, measured: &[Measured], options: &Options) {
+/// How the prediction is evaluated.
+enum Trial {
+    /// Each problem of the store predicted from the others.
+    LeaveOneOut,
+    /// The problems of a later store (of the same library and platform), predicted from the
+    /// store's knowledge at each pmax.
+    Later {
+        problems: Vec<Measured>,
+        knowledge: Vec<Knowledge>,
+    },
+}
+
+impl Trial {
+    fn title(&self) -> &'static str {
+        match self {
+            Trial::LeaveOneOut => "prediction, leave-one-out:",
+            Trial::Later { .. } => "prediction of the later store's problems:",
+        }
+    }
+
+    /// The prediction rates of each predictor (rows) at each pmax (columns) for the problems of
+    /// `op` (None: all operations).
+    fn rates(&self, measured: &[Measured], op: Option<&str>, pmax: &[f64]) -> String {
+        let of_op = |problems: &[Measured]| -> Vec<Measured> {
+            problems
+                .iter()
+                .filter(|m| op.is_none_or(|op| m.op == op))
+                .cloned()
+                .collect()
+        };
+        match self {
+            Trial::LeaveOneOut => {
+                let problems = of_op(measured);
+                rates(pmax, |i, predictor| {
+                    predict::leave_one_out(&problems, pmax[i], predictor)
+                })
+            }
+            Trial::Later {
+                problems,
+                knowledge,
+            } => {
+                let problems = of_op(problems);
+                rates(pmax, |i, predictor| {
+                    predict::against(&knowledge[i], &problems, pmax[i], predictor)
+                })
+            }
+        }
+    }
+}
+
+fn section(out: &mut String, measured: &[Measured], trial: &Trial, options: &Options) {
     let map = Map::new(measured, options.tolerance);
     let mut by_op: BTreeMap<&str, Vec<&Measured>> = BTreeMap::new();
     for m in measured {
@@ -109,25 +200,26 @@ fn section(out: &mut String, measured: &[Measured], options: &Options) {
             }
         }
         out.push_str(&table(&rows));
-        let owned: Vec<Measured> = problems.iter().map(|&m| m.clone()).collect();
-        out.push_str("prediction, leave-one-out:\n");
-        out.push_str(&rates(&owned, &options.pmax));
+        let _ = writeln!(out, "{}", trial.title());
+        out.push_str(&trial.rates(measured, Some(op), &options.pmax));
     }
     if by_op.len() > 1 {
         let _ = writeln!(
             out,
             "\n### all operations\ndecision maps: leave-one-out penalty mean {}, worst {} over {} \
-             problems\nprediction, leave-one-out:",
+             problems\n{}",
             percent(all.mean / all.decided.max(1) as f64),
             percent(all.worst),
-            all.decided
+            all.decided,
+            trial.title()
         );
-        out.push_str(&rates(measured, &options.pmax));
+        out.push_str(&trial.rates(measured, None, &options.pmax));
     }
 }
 
-/// The prediction rates of each predictor (rows) at each pmax (columns), as a table.
-fn rates(measured: &[Measured], pmax: &[f64]) -> String {
+/// The prediction rates of each predictor (rows) at each pmax (columns), as a table;
+/// `evaluate` takes the index of a pmax.
+fn rates(pmax: &[f64], evaluate: impl Fn(usize, Predictor) -> Evaluation) -> String {
     let mut heading = vec!["predictor".to_string()];
     heading.extend(pmax.iter().map(|&p| format!("pmax {}", percent(p))));
     let mut rows = vec![heading];
@@ -138,8 +230,8 @@ fn rates(measured: &[Measured], pmax: &[f64]) -> String {
             ""
         };
         let mut row = vec![format!("{}{default}", predictor.name())];
-        for &p in pmax {
-            let e = predict::leave_one_out(measured, p, predictor);
+        for i in 0..pmax.len() {
+            let e = evaluate(i, predictor);
             let share = |n: usize| format!("{:.1}", 100.0 * n as f64 / e.problems.max(1) as f64);
             row.push(format!(
                 "{} / {} / {} / {}",

@@ -698,6 +698,32 @@ pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> 
             .map(|(_, m)| m.clone())
             .collect();
         let knowledge = Knowledge::from_measured(others, pmax);
+        evaluation.score(&knowledge, held, pmax, predictor);
+    }
+    evaluation
+}
+
+/// How well the knowledge of earlier jobs predicts the problems a later job measured
+/// (`later`, as `merge` gives them), among the codelets each measured.
+pub fn against(
+    knowledge: &Knowledge,
+    later: &[Measured],
+    pmax: f64,
+    predictor: Predictor,
+) -> Evaluation {
+    let mut evaluation = Evaluation {
+        problems: later.len(),
+        ..Evaluation::default()
+    };
+    for problem in later {
+        evaluation.score(knowledge, problem, pmax, predictor);
+    }
+    evaluation
+}
+
+impl Evaluation {
+    /// Counts the prediction of `held` from `knowledge`.
+    fn score(&mut self, knowledge: &Knowledge, held: &Measured, pmax: f64, predictor: Predictor) {
         let problem = Problem {
             op: &held.op,
             comm_size: held.comm_size,
@@ -705,16 +731,15 @@ pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> 
         };
         let applicable = |c: &str| held.time(c).is_some();
         let Some(p) = knowledge.predict_with(&problem, &applicable, predictor) else {
-            continue;
+            return;
         };
-        evaluation.predicted += 1;
-        evaluation.covered += usize::from(p.predictor != Predictor::Map);
-        let penalty = held.penalty(&p.winner).expect("applicable means measured");
-        evaluation.within += usize::from(penalty <= pmax);
+        self.predicted += 1;
+        self.covered += usize::from(p.predictor != Predictor::Map);
         let measured = held.time(&p.winner).expect("applicable means measured");
-        evaluation.time_within += usize::from((p.us / measured - 1.0).abs() <= pmax);
+        let penalty = held.penalty(&p.winner).expect("applicable means measured");
+        self.within += usize::from(penalty <= pmax);
+        self.time_within += usize::from((p.us / measured - 1.0).abs() <= pmax);
     }
-    evaluation
 }
 
 /// The closest covering problem's winner (ties: the first problem).
