@@ -336,6 +336,19 @@ fn rank(points: &[&Sample], tolerance: f64) -> (Vec<usize>, bool) {
     (scored.into_iter().map(|s| s.2).collect(), fits)
 }
 
+/// What the map of `problems` (one operation's) decides: for a leave-one-out, which builds one
+/// map per problem held out.
+pub(crate) fn decide_once(
+    problems: &[&Measured],
+    tolerance: f64,
+    comm_size: u32,
+    bytes: u64,
+    applicable: &dyn Fn(&str) -> bool,
+) -> Option<String> {
+    let tree = Tree::new(problems, tolerance)?;
+    tree.decide(comm_size, bytes, applicable).map(String::from)
+}
+
 /// The leave-one-out penalty of the map of one operation's problems: each problem decided by
 /// the map built from the others, among the codelets it measured (a calibration, or a search
 /// that tried every applicable codelet, measured exactly the applicable ones).
@@ -345,12 +358,11 @@ pub fn leave_one_out(measured: &[&Measured], tolerance: f64) -> Penalty {
     for (i, held) in measured.iter().enumerate() {
         others.clear();
         others.extend(measured[..i].iter().chain(&measured[i + 1..]));
-        let Some(tree) = Tree::new(&others, tolerance) else {
-            continue;
-        };
         let applicable = |c: &str| held.time(c).is_some();
-        if let Some(decided) = tree.decide(held.comm_size, held.bytes, &applicable) {
-            penalties.push(held.penalty(decided).expect("applicable means measured"));
+        if let Some(decided) =
+            decide_once(&others, tolerance, held.comm_size, held.bytes, &applicable)
+        {
+            penalties.push(held.penalty(&decided).expect("applicable means measured"));
         }
     }
     penalties.sort_by(f64::total_cmp);

@@ -25,7 +25,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 
-use crate::map::Map;
+use crate::map::{self, Map};
 use crate::{Entry, How, Platform};
 
 /// The problem a prediction is for.
@@ -384,7 +384,8 @@ impl Operation {
         };
         operation.regroup();
         for i in 0..operation.points.len() {
-            (operation.points[i].reach, operation.points[i].horizon) = operation.reach(i, pmax);
+            (operation.points[i].reach, operation.points[i].horizon) =
+                operation.reach(i, pmax, None);
         }
         operation.update_max_reach();
         operation
@@ -420,12 +421,13 @@ impl Operation {
     /// A neighbour that did not measure the winner neither confirms nor refutes it; neighbours at
     /// the same distance as a refuting one do not count. Also the distance of the last neighbour
     /// looked at, the horizon (MAX_REACH when the walk ran out of neighbours).
-    fn reach(&self, i: usize, pmax: f64) -> (f64, f64) {
+    fn reach(&self, i: usize, pmax: f64, held_out: Option<usize>) -> (f64, f64) {
         let p = &self.points[i];
         let mut reach = 0.0;
         let mut level: Option<f64> = None;
         let mut horizon = MAX_REACH;
-        let walk = Walk::new(self, p.x, p.y, MAX_REACH).filter(|&(_, j)| j != i);
+        let walk =
+            Walk::new(self, p.x, p.y, MAX_REACH).filter(|&(_, j)| j != i && Some(j) != held_out);
         for (n, (d, j)) in walk.take(NEIGHBOURS).enumerate() {
             if n + 1 == NEIGHBOURS {
                 horizon = d;
@@ -445,24 +447,130 @@ impl Operation {
         }
         (level.unwrap_or(reach), horizon)
     }
+}
+
+/// An operation's problems as a prediction sees them: all of them, or all but one held out
+/// (leave-one-out), with the reaches that change without it.
+struct View<'a> {
+    operation: &'a Operation,
+    held_out: Option<usize>,
+    /// The reaches that differ from those of the whole operation, by index.
+    changed: Vec<(usize, f64)>,
+}
+
+impl<'a> View<'a> {
+    fn all(operation: &'a Operation) -> View<'a> {
+        View {
+            operation,
+            held_out: None,
+            changed: Vec::new(),
+        }
+    }
+
+    /// Without problem `i`: only the problems whose analysis looked as far as `i` change.
+    fn without(operation: &'a Operation, i: usize, pmax: f64) -> View<'a> {
+        let p = &operation.points[i];
+        let mut changed: Vec<(usize, f64)> = Walk::new(operation, p.x, p.y, MAX_REACH)
+            .filter(|&(d, j)| j != i && d <= operation.points[j].horizon)
+            .map(|(_, j)| (j, operation.reach(j, pmax, Some(i)).0))
+            .collect();
+        changed.sort_by_key(|&(j, _)| j);
+        View {
+            operation,
+            held_out: Some(i),
+            changed,
+        }
+    }
+
+    fn reach(&self, j: usize) -> f64 {
+        match self.changed.binary_search_by_key(&j, |&(j, _)| j) {
+            Ok(k) => self.changed[k].1,
+            Err(_) => self.operation.points[j].reach,
+        }
+    }
+
+    /// Whether problem `j` is seen and measured `codelet`.
+    fn measures(&self, j: usize, codelet: &str) -> bool {
+        Some(j) != self.held_out && self.operation.points[j].measured.time(codelet).is_some()
+    }
+
+    fn time(&self, j: usize, codelet: &str) -> f64 {
+        self.operation.points[j]
+            .measured
+            .time(codelet)
+            .expect("measured")
+    }
+
+    /// The prediction for `problem` with `predictor`; `map` decides when nothing covers it.
+    fn predict(
+        &self,
+        problem: &Problem,
+        applicable: &dyn Fn(&str) -> bool,
+        predictor: Predictor,
+        map: &dyn Fn() -> Option<String>,
+    ) -> Option<Predicted> {
+        let op = self.operation;
+        let (x, y) = (log2(problem.bytes), log2(u64::from(problem.comm_size)));
+        let covering = match predictor {
+            Predictor::Map => Vec::new(),
+            _ => self.covering(x, y, applicable),
+        };
+        let chosen = match predictor {
+            _ if covering.is_empty() => None,
+            Predictor::Closest => closest(op, &covering),
+            Predictor::Vote => vote(op, &covering),
+            Predictor::Map => None,
+        };
+        if let Some((winner, from)) = chosen {
+            let (us, _) = self
+                .interpolated(problem.comm_size, problem.bytes, &winner)
+                .or_else(|| {
+                    let j = from.iter().copied().find(|&j| self.measures(j, &winner))?;
+                    Some((self.time(j, &winner), vec![j]))
+                })?;
+            return Some(Predicted {
+                winner,
+                us,
+                predictor,
+                from: op.sources(&from),
+            });
+        }
+        let winner = map()?;
+        let (us, from) = self
+            .interpolated(problem.comm_size, problem.bytes, &winner)
+            .or_else(|| {
+                let j = self.nearest_measuring(x, y, &winner)?;
+                Some((self.time(j, &winner), vec![j]))
+            })?;
+        Some(Predicted {
+            winner,
+            us,
+            predictor: Predictor::Map,
+            from: op.sources(&from),
+        })
+    }
 
     /// The problems whose reach covers (x, y) and whose winner is applicable, with their
     /// distance, by index.
     fn covering(&self, x: f64, y: f64, applicable: &dyn Fn(&str) -> bool) -> Vec<(f64, usize)> {
+        let op = self.operation;
+        let changed_max = self.changed.iter().map(|&(_, r)| r).fold(0.0, f64::max);
         let mut found = Vec::new();
-        for group in &self.groups {
+        for group in &op.groups {
+            let radius = group.max_reach.max(changed_max);
             let dy = COMM_WEIGHT * (group.y - y).abs();
-            if dy > group.max_reach {
+            if dy > radius {
                 continue;
             }
-            let dx = (group.max_reach * group.max_reach - dy * dy).sqrt();
-            let points = &self.points[group.start..group.end];
+            let dx = (radius * radius - dy * dy).sqrt();
+            let points = &op.points[group.start..group.end];
             let from = points.partition_point(|p| p.x < x - dx);
             let to = points.partition_point(|p| p.x <= x + dx);
             for (k, p) in points[from..to].iter().enumerate() {
+                let j = group.start + from + k;
                 let d = distance(x, y, p.x, p.y);
-                if d <= p.reach && applicable(&p.winner) {
-                    found.push((d, group.start + from + k));
+                if Some(j) != self.held_out && d <= self.reach(j) && applicable(&p.winner) {
+                    found.push((d, j));
                 }
             }
         }
@@ -473,33 +581,36 @@ impl Operation {
     /// the same communicator size that measured it on both sides (or the same size), with the
     /// problems it was read from; None when it was not measured on both sides.
     fn interpolated(&self, comm_size: u32, bytes: u64, codelet: &str) -> Option<(f64, Vec<usize>)> {
-        let g = self
+        let op = self.operation;
+        let g = op
             .groups
             .binary_search_by(|g| g.comm_size.cmp(&comm_size))
             .ok()?;
-        let group = &self.groups[g];
+        let group = &op.groups[g];
         let at = group.start
-            + self.points[group.start..group.end].partition_point(|p| p.measured.bytes < bytes);
-        let measures = |j: &usize| self.points[*j].measured.time(codelet).is_some();
-        let above = (at..group.end).find(measures)?;
-        let time = |j: usize| self.points[j].measured.time(codelet).expect("measured");
-        if self.points[above].measured.bytes == bytes {
-            return Some((time(above), vec![above]));
+            + op.points[group.start..group.end].partition_point(|p| p.measured.bytes < bytes);
+        let above = (at..group.end).find(|&j| self.measures(j, codelet))?;
+        if op.points[above].measured.bytes == bytes {
+            return Some((self.time(above, codelet), vec![above]));
         }
-        let below = (group.start..at).rev().find(measures)?;
-        let (x0, x1) = (self.points[below].x, self.points[above].x);
-        let (t0, t1) = (time(below), time(above));
+        let below = (group.start..at)
+            .rev()
+            .find(|&j| self.measures(j, codelet))?;
+        let (x0, x1) = (op.points[below].x, op.points[above].x);
+        let (t0, t1) = (self.time(below, codelet), self.time(above, codelet));
         let t = t0 * (t1 / t0).powf((log2(bytes) - x0) / (x1 - x0));
         Some((t, vec![below, above]))
     }
 
     /// The nearest problem of the operation that measured `codelet`.
     fn nearest_measuring(&self, x: f64, y: f64, codelet: &str) -> Option<usize> {
-        Walk::new(self, x, y, f64::INFINITY)
+        Walk::new(self.operation, x, y, f64::INFINITY)
             .map(|(_, j)| j)
-            .find(|&j| self.points[j].measured.time(codelet).is_some())
+            .find(|&j| self.measures(j, codelet))
     }
+}
 
+impl Operation {
     fn sources(&self, indices: &[usize]) -> Vec<Source> {
         indices
             .iter()
@@ -590,7 +701,7 @@ impl Knowledge {
             .map(|(_, j)| j)
             .collect();
         for j in near {
-            (op.points[j].reach, op.points[j].horizon) = op.reach(j, self.pmax);
+            (op.points[j].reach, op.points[j].horizon) = op.reach(j, self.pmax, None);
         }
         op.update_max_reach();
     }
@@ -614,50 +725,13 @@ impl Knowledge {
         predictor: Predictor,
     ) -> Option<Predicted> {
         let op = self.operations.get(problem.op)?;
-        let (x, y) = (log2(problem.bytes), log2(u64::from(problem.comm_size)));
-        let covering = match predictor {
-            Predictor::Map => Vec::new(),
-            _ => op.covering(x, y, applicable),
+        let map = || {
+            let decided = self
+                .map
+                .decide(problem.op, problem.comm_size, problem.bytes, applicable);
+            decided.map(String::from)
         };
-        let chosen = match predictor {
-            _ if covering.is_empty() => None,
-            Predictor::Closest => closest(op, &covering),
-            Predictor::Vote => vote(op, &covering),
-            Predictor::Map => None,
-        };
-        if let Some((winner, from)) = chosen {
-            let (us, _) = op
-                .interpolated(problem.comm_size, problem.bytes, &winner)
-                .or_else(|| {
-                    let j = from
-                        .iter()
-                        .copied()
-                        .find(|&j| op.points[j].measured.time(&winner).is_some())?;
-                    Some((op.points[j].measured.time(&winner)?, vec![j]))
-                })?;
-            return Some(Predicted {
-                winner,
-                us,
-                predictor,
-                from: op.sources(&from),
-            });
-        }
-        let winner = self
-            .map
-            .decide(problem.op, problem.comm_size, problem.bytes, applicable)?
-            .to_string();
-        let (us, from) = op
-            .interpolated(problem.comm_size, problem.bytes, &winner)
-            .or_else(|| {
-                let j = op.nearest_measuring(x, y, &winner)?;
-                Some((op.points[j].measured.time(&winner)?, vec![j]))
-            })?;
-        Some(Predicted {
-            winner,
-            us,
-            predictor: Predictor::Map,
-            from: op.sources(&from),
-        })
+        View::all(op).predict(problem, applicable, predictor, &map)
     }
 
     /// The decision map the prediction falls back to.
@@ -690,15 +764,31 @@ pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> 
         problems: measured.len(),
         ..Evaluation::default()
     };
-    for (i, held) in measured.iter().enumerate() {
-        let others: Vec<Measured> = measured
-            .iter()
-            .enumerate()
-            .filter(|&(j, m)| j != i && m.op == held.op)
-            .map(|(_, m)| m.clone())
-            .collect();
-        let knowledge = Knowledge::from_measured(others, pmax);
-        evaluation.score(&knowledge, held, pmax, predictor);
+    let mut by_op: BTreeMap<&str, Vec<Measured>> = BTreeMap::new();
+    for m in measured {
+        by_op.entry(&m.op).or_default().push(m.clone());
+    }
+    for (op, mut problems) in by_op {
+        problems.sort_by_key(|m| (m.comm_size, m.bytes));
+        let operation = Operation::new(problems, pmax);
+        let all: Vec<&Measured> = operation.points.iter().map(|p| &p.measured).collect();
+        for (i, held) in all.iter().enumerate() {
+            let problem = Problem {
+                op,
+                comm_size: held.comm_size,
+                bytes: held.bytes,
+            };
+            let applicable = |c: &str| held.time(c).is_some();
+            // Built only when nothing covers the problem.
+            let map = || {
+                let others: Vec<&Measured> =
+                    all[..i].iter().chain(&all[i + 1..]).copied().collect();
+                map::decide_once(&others, pmax, held.comm_size, held.bytes, &applicable)
+            };
+            let view = View::without(&operation, i, pmax);
+            let predicted = view.predict(&problem, &applicable, predictor, &map);
+            evaluation.score(held, predicted, pmax);
+        }
     }
     evaluation
 }
@@ -715,22 +805,23 @@ pub fn against(
         problems: later.len(),
         ..Evaluation::default()
     };
-    for problem in later {
-        evaluation.score(knowledge, problem, pmax, predictor);
-    }
-    evaluation
-}
-
-impl Evaluation {
-    /// Counts the prediction of `held` from `knowledge`.
-    fn score(&mut self, knowledge: &Knowledge, held: &Measured, pmax: f64, predictor: Predictor) {
+    for held in later {
         let problem = Problem {
             op: &held.op,
             comm_size: held.comm_size,
             bytes: held.bytes,
         };
         let applicable = |c: &str| held.time(c).is_some();
-        let Some(p) = knowledge.predict_with(&problem, &applicable, predictor) else {
+        let predicted = knowledge.predict_with(&problem, &applicable, predictor);
+        evaluation.score(held, predicted, pmax);
+    }
+    evaluation
+}
+
+impl Evaluation {
+    /// Counts the prediction of `held` (among the codelets it measured).
+    fn score(&mut self, held: &Measured, predicted: Option<Predicted>, pmax: f64) {
+        let Some(p) = predicted else {
             return;
         };
         self.predicted += 1;

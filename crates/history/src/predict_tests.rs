@@ -399,3 +399,39 @@ fn adding_decisions_one_by_one_analyses_as_building_from_all_of_them() {
         assert_eq!(analysis(&added), analysis(&built), "{op}");
     }
 }
+
+#[test]
+fn leave_one_out_predicts_as_knowledge_built_without_the_problem() {
+    let mut noise = Lcg(9);
+    // Noisy, with a codelet missing here and there and three communicator sizes.
+    let entries: Vec<Entry> = noisy_jobs()
+        .into_iter()
+        .map(|mut e| {
+            if noise.next() < 0.2 {
+                e.estimates.remove(0);
+            }
+            e
+        })
+        .collect();
+    let measured = merge(&entries);
+    for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+        let operation = Operation::new(measured.clone(), 0.1);
+        for (i, held) in measured.iter().enumerate() {
+            let problem = problem("allreduce", held.comm_size, held.bytes);
+            let applicable = |c: &str| held.time(c).is_some();
+            let others: Vec<Measured> = measured
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, m)| m.clone())
+                .collect();
+            let rebuilt = Knowledge::from_measured(others.clone(), 0.1);
+            let expected = rebuilt.predict_with(&problem, &applicable, predictor);
+            let all: Vec<&Measured> = others.iter().collect();
+            let map = || map::decide_once(&all, 0.1, held.comm_size, held.bytes, &applicable);
+            let view = View::without(&operation, i, 0.1);
+            let got = view.predict(&problem, &applicable, predictor, &map);
+            assert_eq!(got, expected, "{predictor:?} without {i}");
+        }
+    }
+}
