@@ -2,6 +2,7 @@
 //! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
 
 mod catalogue;
+mod export;
 mod flavour;
 mod history;
 mod inject;
@@ -48,6 +49,8 @@ enum Cmd {
     Simulate(SimulateArgs),
     /// List what earlier jobs' searches decided (the history store, COMMTUNE_HISTORY)
     History(HistoryArgs),
+    /// Write the store's decisions as Open MPI's or MPICH's own selection rules
+    Export(export::command::ExportArgs),
 }
 
 #[derive(Args)]
@@ -211,6 +214,7 @@ fn main() -> ExitCode {
         Cmd::Codelets(args) => codelets(&args),
         Cmd::Simulate(args) => simulate(&args),
         Cmd::History(args) => list_history(args),
+        Cmd::Export(args) => export::command::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
