@@ -5,12 +5,33 @@
  * correctness, so that a rules file that breaks them fails the job.
  *
  * Usage: export_probe allreduce|alltoall|allgatherv COUNT
- * Prints on rank 0: "fingerprint: R0 R1 ..." (allreduce) or "ok" (the others). */
+ * Prints on rank 0, for allreduce, "user op: R0 R1 ..." and "sum: R0 R1 ...", each rank's
+ * result folded to one number; for the others "ok". With count_sends.so preloaded, also
+ * "sends: N0 N1 ...": the messages each rank sent in the built-in sum (allreduce) or in the
+ * collective (the others). */
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The messages sent so far, when count_sends.so is there to count them. */
+static unsigned long (*counter)(void);
+static unsigned long sent(void) { return counter ? counter() : 0; }
+
+static void print_sends(unsigned long before, int rank, int size) {
+    unsigned long mine = sent() - before, *all = malloc(sizeof(unsigned long) * size);
+    MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG, all, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+    if (rank == 0 && counter) {
+        printf("sends:");
+        for (int r = 0; r < size; r++) printf(" %lu", all[r]);
+        printf("\n");
+    }
+    free(all);
+}
 
 static void order(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
@@ -29,6 +50,8 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int count = atoi(argv[2]);
+    counter = (unsigned long (*)(void))dlsym(RTLD_DEFAULT, "export_probe_sends");
+    unsigned long before;
     int failed = 0;
     if (strcmp(argv[1], "allreduce") == 0) {
         MPI_Op op;
@@ -36,31 +59,37 @@ int main(int argc, char **argv) {
         uint64_t *send = malloc(sizeof(uint64_t) * count), *recv = malloc(sizeof(uint64_t) * count);
         for (int i = 0; i < count; i++) send[i] = (uint64_t)rank * 977u + (uint64_t)i + 1u;
         MPI_Allreduce(send, recv, count, MPI_UINT64_T, op, MPI_COMM_WORLD);
-        uint64_t mine = 0;
-        for (int i = 0; i < count; i++) mine = mine * 31u + recv[i];
+        uint64_t mine[2] = {0, 0};
+        for (int i = 0; i < count; i++) mine[0] = mine[0] * 31u + recv[i];
         MPI_Op_free(&op);
         /* A built-in sum of doubles of far apart magnitudes: its rounding tells the order
          * too, for algorithms that take built-in operations only. */
         double *dsend = malloc(sizeof(double) * count), *drecv = malloc(sizeof(double) * count);
-        for (int i = 0; i < count; i++)
-            dsend[i] = ((rank + i) % 3 == 0 ? 1e16 : 1.0) * (rank % 2 ? -1.0 : 1.0) + 0.25 * (rank + 1);
+        const double magnitudes[4] = {1e16, 1.0, -1e16, 1.0};
+        for (int i = 0; i < count; i++) dsend[i] = magnitudes[(rank + i) % 4] * (1 + i % 3);
+        before = sent();
         MPI_Allreduce(dsend, drecv, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        print_sends(before, rank, size);
         for (int i = 0; i < count; i++) {
             uint64_t bits;
             memcpy(&bits, &drecv[i], sizeof bits);
-            mine = mine * 31u + bits;
+            mine[1] = mine[1] * 31u + bits;
         }
-        uint64_t *all = malloc(sizeof(uint64_t) * size);
-        MPI_Gather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        uint64_t *all = malloc(sizeof(uint64_t) * 2 * size);
+        MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
         if (rank == 0) {
-            printf("fingerprint:");
-            for (int r = 0; r < size; r++) printf(" %016llx", (unsigned long long)all[r]);
-            printf("\n");
+            for (int k = 0; k < 2; k++) {
+                printf(k == 0 ? "user op:" : "sum:");
+                for (int r = 0; r < size; r++) printf(" %016llx", (unsigned long long)all[2 * r + k]);
+                printf("\n");
+            }
         }
     } else if (strcmp(argv[1], "alltoall") == 0) {
         int *send = malloc(sizeof(int) * count * size), *recv = malloc(sizeof(int) * count * size);
         for (int i = 0; i < count * size; i++) send[i] = rank * 1000000 + i;
+        before = sent();
         MPI_Alltoall(send, count, MPI_INT, recv, count, MPI_INT, MPI_COMM_WORLD);
+        print_sends(before, rank, size);
         for (int r = 0; r < size; r++)
             for (int i = 0; i < count; i++)
                 failed |= recv[r * count + i] != r * 1000000 + rank * count + i;
@@ -72,7 +101,9 @@ int main(int argc, char **argv) {
         }
         int *send = malloc(sizeof(int) * count), *recv = malloc(sizeof(int) * count * size);
         for (int i = 0; i < count; i++) send[i] = rank * 1000000 + i;
+        before = sent();
         MPI_Allgatherv(send, count, MPI_INT, recv, counts, displs, MPI_INT, MPI_COMM_WORLD);
+        print_sends(before, rank, size);
         for (int r = 0; r < size; r++)
             for (int i = 0; i < count; i++) failed |= recv[r * count + i] != r * 1000000 + i;
     } else {
