@@ -42,7 +42,8 @@ pub struct Selection {
     pub tables: Vec<Table>,
     /// Entries of the other MPI library (or of none), left out.
     pub other_mpi: usize,
-    /// Entries of this library left out by `--comm-size` or for an operation not exported.
+    /// Entries of this library left out by `--comm-size`, of an unknown communicator size, or
+    /// of an operation not exported.
     pub filtered: usize,
 }
 
@@ -64,6 +65,8 @@ pub fn select(entries: &[Entry], flavour: Flavour, comm_sizes: &[u32]) -> Select
         if !measured_with(&entry.mpi, flavour) {
             selection.other_mpi += 1;
         } else if !OPERATIONS.contains(&entry.op.as_str())
+            // 0: the library could not tell the size; no rule can name it.
+            || entry.comm_size == 0
             || !(comm_sizes.is_empty() || comm_sizes.contains(&entry.comm_size))
         {
             selection.filtered += 1;

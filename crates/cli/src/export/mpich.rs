@@ -51,13 +51,15 @@ fn algorithm(op: &str, codelet: &str, builtin: &str) -> Option<String> {
 /// What the tree compares for a call of commtune's `bytes` on `comm_size` ranks, and the value
 /// for a range starting at `bytes`: allreduce's vector (`avg_msg_size`), alltoall's block per
 /// peer (`avg_msg_size`, rounded up so that a range starts at the first call in it), and
-/// allgatherv's whole result (`total_msg_size`).
+/// allgatherv's whole result (`total_msg_size`); at most i32::MAX.
 fn measure(op: &str, bytes: u64, comm_size: u32) -> (&'static str, u64) {
-    match op {
+    // MPICH reads the number with atoi: past i32::MAX it would wrap.
+    let (name, value) = match op {
         "alltoall" => ("avg_msg_size", bytes.div_ceil(u64::from(comm_size.max(1)))),
         "allgatherv" => ("total_msg_size", bytes),
         _ => ("avg_msg_size", bytes),
-    }
+    };
+    (name, value.min(i32::MAX as u64))
 }
 
 /// Tests that send a call to the built-in choice before any decision applies: MPI_IN_PLACE
@@ -226,6 +228,16 @@ mod tests {
             text.contains(&format!(r#""avg_msg_size=any":{DEFAULT}"#)),
             "{text}"
         );
+    }
+
+    #[test]
+    fn sizes_stay_within_what_atoi_reads() {
+        assert_eq!(
+            measure("allgatherv", 1 << 40, 4),
+            ("total_msg_size", i32::MAX as u64)
+        );
+        assert_eq!(measure("alltoall", 1024, 4), ("avg_msg_size", 256));
+        assert_eq!(measure("alltoall", 1025, 4), ("avg_msg_size", 257));
     }
 
     #[test]

@@ -130,9 +130,12 @@ fn comm_size_filter_and_flavours() {
         entry(MPICH, "allgatherv", 2, 64, &[("native", 1.0)]),
         entry(MPICH, "allgatherv", 4, 64, &[("native", 1.0)]),
         entry(MPICH, "halo", 4, 64, &[("native", 1.0)]),
+        entry(MPICH, "allgatherv", 0, 64, &[("native", 1.0)]),
     ];
+    let selection = select(&entries, Flavour::Mpich, &[]);
+    assert_eq!(selection.filtered, 2, "halo and size 0");
     let selection = select(&entries, Flavour::Mpich, &[4]);
-    assert_eq!(selection.filtered, 2);
+    assert_eq!(selection.filtered, 3);
     assert_eq!(selection.tables.len(), 1);
     assert_eq!(selection.tables[0].comm_size, 4);
     assert!(measured_with("Open MPI v5.0.3", Flavour::OpenMpi));
