@@ -108,10 +108,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             (
                 text,
                 unmapped,
-                format!(
-                    "mpiexec -genv {} ...",
-                    mpich::usage(&shown).replacen('=', " ", 1)
-                ),
+                format!("mpiexec -genv {} {shown} ...", mpich::VARIABLE),
             )
         }
     };

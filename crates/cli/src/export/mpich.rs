@@ -12,10 +12,8 @@ use std::ops::Range as Span;
 
 use super::{Table, Unmapped};
 
-/// The variable that makes MPICH read `file`.
-pub fn usage(file: &str) -> String {
-    format!("MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={file}")
-}
+/// The variable that makes MPICH read the file it names.
+pub const VARIABLE: &str = "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE";
 
 /// The codelets' counterparts among MPICH's MPIR-level algorithms (`coll_algorithms.txt` of
 /// MPICH 4.0.2; `mpivars` lists them per collective), with the tests that keep each inside the
