@@ -1,5 +1,6 @@
 //! The I/O of `commtune export`: read the store, write the file, say how to use it.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -102,9 +103,10 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             )
         }
         Flavour::Mpich => {
-            let builtin = mpich_tree(args.mpich_lib)?;
-            let (text, unmapped) =
-                mpich::selection(&selection.tables, &builtin).map_err(|m| Failure::new(1, m))?;
+            let (builtin, algorithms) = mpich_library(args.mpich_lib)?;
+            let known = |name: &str| algorithms.contains(name);
+            let (text, unmapped) = mpich::selection(&selection.tables, &builtin, &known)
+                .map_err(|m| Failure::new(1, m))?;
             (
                 text,
                 unmapped,
@@ -126,8 +128,8 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     ))
 }
 
-/// MPICH's built-in selection tree, from its library.
-fn mpich_tree(explicit: Option<PathBuf>) -> Result<String, Failure> {
+/// MPICH's built-in selection tree and the algorithms it has, from its library.
+fn mpich_library(explicit: Option<PathBuf>) -> Result<(String, BTreeSet<String>), Failure> {
     let library = match explicit {
         Some(path) => path,
         None => MPICH_LIBRARIES
@@ -140,7 +142,7 @@ fn mpich_tree(explicit: Option<PathBuf>) -> Result<String, Failure> {
     };
     let bytes = std::fs::read(&library)
         .map_err(|e| Failure::new(1, format!("cannot read {}: {e}", library.display())))?;
-    mpich::builtin_tree(&bytes).ok_or_else(|| {
+    let tree = mpich::builtin_tree(&bytes).ok_or_else(|| {
         Failure::new(
             1,
             format!(
@@ -148,5 +150,6 @@ fn mpich_tree(explicit: Option<PathBuf>) -> Result<String, Failure> {
                 library.display()
             ),
         )
-    })
+    })?;
+    Ok((tree, mpich::algorithms(&bytes)))
 }

@@ -8,6 +8,7 @@
 //! `comm_size<=N` → the decisions), then the built-in subtree for every other size. Keys keep
 //! their order (json-c keeps it; the tree depends on it), so this works on the text.
 
+use std::collections::BTreeSet;
 use std::ops::Range as Span;
 
 use super::{Table, Unmapped};
@@ -15,35 +16,108 @@ use super::{Table, Unmapped};
 /// The variable that makes MPICH read the file it names.
 pub const VARIABLE: &str = "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE";
 
-/// The codelets' counterparts among MPICH's MPIR-level algorithms (`coll_algorithms.txt` of
-/// MPICH 4.0.2; `mpivars` lists them per collective), with the tests that keep each inside the
-/// restrictions MPICH declares for it (checked by MPICH only when forced by its CVAR, not when
-/// a selection file picks it).
-fn algorithm(op: &str, codelet: &str, builtin: &str) -> Option<String> {
-    let leaf = |name: &str| format!("{{\"algorithm=MPIR_{name}\":{{}}}}");
-    let node = match (op, codelet) {
-        (_, "native") => builtin.to_string(),
-        ("allreduce", "recursive_doubling") => leaf("Allreduce_intra_recursive_doubling"),
-        // restrictions: size-ge-pof2, builtin-op
-        ("allreduce", "rabenseifner") => format!(
-            "{{\"is_op_built_in=no\":{builtin},\"count<pow2\":{builtin},\"count=any\":{}}}",
-            leaf("Allreduce_intra_reduce_scatter_allgather")
+/// What MPICH requires of a call for an algorithm (`restrictions:` in its
+/// `coll_algorithms.txt`); MPICH checks them only when its variable forces an algorithm, not
+/// when a selection file picks it, so the exported tree tests them.
+#[derive(Clone, Copy)]
+enum Restriction {
+    None,
+    /// size-ge-pof2, builtin-op
+    BuiltinOpCountAtLeastPowerOfTwo,
+    /// power-of-two
+    PowerOfTwoSize,
+}
+
+/// The codelets' counterparts among MPICH's MPIR-level algorithms (MPICH 4.0.2's
+/// `coll_algorithms.txt`; `mpivars` lists them per collective; ring allreduce came with 4.1).
+/// MPI_IN_PLACE alltoalls and non-commutative allreduces never reach them (`guards`).
+const COUNTERPARTS: [(&str, &str, &str, Restriction); 9] = [
+    (
+        "allreduce",
+        "recursive_doubling",
+        "Allreduce_intra_recursive_doubling",
+        Restriction::None,
+    ),
+    (
+        "allreduce",
+        "rabenseifner",
+        "Allreduce_intra_reduce_scatter_allgather",
+        Restriction::BuiltinOpCountAtLeastPowerOfTwo,
+    ),
+    (
+        "allreduce",
+        "ring",
+        "Allreduce_intra_ring",
+        Restriction::None,
+    ),
+    (
+        "alltoall",
+        "bruck",
+        "Alltoall_intra_brucks",
+        Restriction::None,
+    ),
+    (
+        "alltoall",
+        "pairwise",
+        "Alltoall_intra_pairwise",
+        Restriction::None,
+    ),
+    // "scattered" posts every receive and send at once in batches of
+    // MPIR_CVAR_ALLTOALL_THROTTLE (32) peers: commtune's linear up to 32 ranks.
+    (
+        "alltoall",
+        "linear",
+        "Alltoall_intra_scattered",
+        Restriction::None,
+    ),
+    (
+        "allgatherv",
+        "bruck",
+        "Allgatherv_intra_brucks",
+        Restriction::None,
+    ),
+    (
+        "allgatherv",
+        "ring",
+        "Allgatherv_intra_ring",
+        Restriction::None,
+    ),
+    (
+        "allgatherv",
+        "recursive_doubling",
+        "Allgatherv_intra_recursive_doubling",
+        Restriction::PowerOfTwoSize,
+    ),
+];
+
+/// The subtree that runs `codelet` (`builtin`: MPICH's own choice), if MPICH has a counterpart
+/// and `known` says this library has it (MPICH fails at start-up on a name it does not know).
+fn algorithm(
+    op: &str,
+    codelet: &str,
+    builtin: &str,
+    known: &dyn Fn(&str) -> bool,
+) -> Option<String> {
+    if codelet == "native" {
+        return Some(builtin.to_string());
+    }
+    let (_, _, name, restriction) = COUNTERPARTS
+        .iter()
+        .find(|(o, c, _, _)| *o == op && *c == codelet)?;
+    let name = format!("MPIR_{name}");
+    if !known(&name) {
+        return None;
+    }
+    let leaf = format!("{{\"algorithm={name}\":{{}}}}");
+    Some(match restriction {
+        Restriction::None => leaf,
+        Restriction::BuiltinOpCountAtLeastPowerOfTwo => format!(
+            "{{\"is_op_built_in=no\":{builtin},\"count<pow2\":{builtin},\"count=any\":{leaf}}}"
         ),
-        ("alltoall", "bruck") => leaf("Alltoall_intra_brucks"),
-        ("alltoall", "pairwise") => leaf("Alltoall_intra_pairwise"),
-        // "scattered" posts every receive and send at once in batches of
-        // MPIR_CVAR_ALLTOALL_THROTTLE (32) peers: commtune's linear up to 32 ranks.
-        ("alltoall", "linear") => leaf("Alltoall_intra_scattered"),
-        ("allgatherv", "bruck") => leaf("Allgatherv_intra_brucks"),
-        ("allgatherv", "ring") => leaf("Allgatherv_intra_ring"),
-        // restrictions: power-of-two
-        ("allgatherv", "recursive_doubling") => format!(
-            "{{\"comm_size=pow2\":{},\"comm_size=any\":{builtin}}}",
-            leaf("Allgatherv_intra_recursive_doubling")
-        ),
-        _ => return None,
-    };
-    Some(node)
+        Restriction::PowerOfTwoSize => {
+            format!("{{\"comm_size=pow2\":{leaf},\"comm_size=any\":{builtin}}}")
+        }
+    })
 }
 
 /// What the tree compares for a call of commtune's `bytes` on `comm_size` ranks, and the value
@@ -72,9 +146,14 @@ fn guards(op: &str, builtin: &str) -> String {
 }
 
 /// The selection file: `builtin` (MPICH's own tree, see `builtin_tree`) with the decisions of
-/// `tables` in place; and the decisions it could not carry. Errors when the built-in tree lacks
-/// an exported collective's intra-communicator subtree.
-pub fn selection(tables: &[Table], builtin: &str) -> Result<(String, Vec<Unmapped>), String> {
+/// `tables` in place; and the decisions it could not carry. `known`: whether the library has an
+/// algorithm (`MPIR_Allreduce_intra_ring`; see `algorithms`). Errors when the built-in tree
+/// lacks an exported collective's intra-communicator subtree.
+pub fn selection(
+    tables: &[Table],
+    builtin: &str,
+    known: &dyn Fn(&str) -> bool,
+) -> Result<(String, Vec<Unmapped>), String> {
     let mut unmapped = Vec::new();
     let mut edits: Vec<(Span<usize>, String)> = Vec::new();
     for op in super::OPERATIONS {
@@ -93,7 +172,7 @@ pub fn selection(tables: &[Table], builtin: &str) -> Result<(String, Vec<Unmappe
             let n = table.comm_size;
             let mut sizes = Vec::new();
             for (i, range) in table.ranges.iter().enumerate() {
-                let node = algorithm(op, &range.winner, default).unwrap_or_else(|| {
+                let node = algorithm(op, &range.winner, default, known).unwrap_or_else(|| {
                     unmapped.push(Unmapped {
                         op: op.to_string(),
                         comm_size: n,
@@ -137,6 +216,18 @@ pub fn builtin_tree(library: &[u8]) -> Option<String> {
         .filter_map(|chunk| std::str::from_utf8(chunk).ok())
         .find(|text| text.contains("\"algorithm=MPIR_") && !text.contains("MPIDI_"))
         .map(str::to_string)
+}
+
+/// The MPIR-level algorithms a library has: the names its selection code compares
+/// (NUL-terminated strings `MPIR_<Collective>_<intra|inter>_<name>` in its read-only data).
+pub fn algorithms(library: &[u8]) -> BTreeSet<String> {
+    library
+        .split(|b| *b == 0)
+        .filter(|chunk| chunk.starts_with(b"MPIR_") && chunk.len() < 80)
+        .filter_map(|chunk| std::str::from_utf8(chunk).ok())
+        .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The span of the object value of the first `"key":` inside `within`.
@@ -197,7 +288,7 @@ mod tests {
                 },
             ],
         }];
-        let (text, unmapped) = selection(&tables, BUILTIN).expect("exports");
+        let (text, unmapped) = selection(&tables, BUILTIN, &|_| true).expect("exports");
         assert!(unmapped.is_empty());
         let intra = format!(
             r#"{{"comm_size<4":{DEFAULT},"comm_size<=4":{{"is_commutative=no":{DEFAULT},"avg_msg_size<91":{DEFAULT},"avg_msg_size=any":{{"algorithm=MPIR_Allreduce_intra_recursive_doubling":{{}}}}}},"comm_size=any":{DEFAULT}}}"#
@@ -211,20 +302,39 @@ mod tests {
 
     #[test]
     fn unmapped_winners_keep_the_builtin_choice() {
-        let tables = vec![Table {
+        let table = |winner: &str| Table {
             op: "allreduce".into(),
             comm_size: 2,
             ranges: vec![Range {
                 from: 0,
-                winner: "ring".into(),
+                winner: winner.into(),
                 measured: vec![64],
             }],
-        }];
-        let (text, unmapped) = selection(&tables, BUILTIN).expect("exports");
-        assert_eq!(unmapped.len(), 1);
+        };
+        let kept = format!(r#""avg_msg_size=any":{DEFAULT}"#);
+        let keeps_builtin = |winner: &str, known: &dyn Fn(&str) -> bool| {
+            let (text, unmapped) = selection(&[table(winner)], BUILTIN, known).expect("exports");
+            assert_eq!(unmapped.len(), 1, "{winner}");
+            assert!(text.contains(&kept), "{text}");
+        };
+        keeps_builtin("binomial", &|_| true);
+        // MPICH before 4.1 has no ring allreduce.
+        keeps_builtin("ring", &|name| name != "MPIR_Allreduce_intra_ring");
+        let (text, unmapped) = selection(&[table("ring")], BUILTIN, &|_| true).expect("exports");
+        assert!(unmapped.is_empty());
         assert!(
-            text.contains(&format!(r#""avg_msg_size=any":{DEFAULT}"#)),
+            text.contains(r#""avg_msg_size=any":{"algorithm=MPIR_Allreduce_intra_ring":{}}"#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn lists_the_algorithms_a_library_has() {
+        let bytes = b"\0MPIR_Allreduce_intra_ring\0MPIR_CVAR_X=%d\0MPIR_Bcast_intra_binomial\0";
+        let names: Vec<String> = algorithms(bytes).into_iter().collect();
+        assert_eq!(
+            names,
+            ["MPIR_Allreduce_intra_ring", "MPIR_Bcast_intra_binomial"]
         );
     }
 
@@ -245,7 +355,7 @@ mod tests {
             comm_size: 2,
             ranges: vec![],
         }];
-        assert!(selection(&tables, BUILTIN).is_err());
+        assert!(selection(&tables, BUILTIN, &|_| true).is_err());
     }
 
     #[test]
