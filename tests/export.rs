@@ -162,7 +162,18 @@ fn export(format: &str, store: &Path, output: &Path) -> Output {
 /// What the job sent, without the preload library: sorted lines, the same for the same
 /// algorithms. `env`: the MPI library's variables for this run.
 fn sent(flavour: Flavour, exe: &Path, dir: &Path, op: &str, env: &[(&str, &str)]) -> String {
-    let mut job: Run = run(flavour, RANKS, exe, dir).native().args(&[op, COUNT]);
+    sent_on(RANKS, flavour, exe, dir, op, env)
+}
+
+fn sent_on(
+    ranks: usize,
+    flavour: Flavour,
+    exe: &Path,
+    dir: &Path,
+    op: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let mut job: Run = run(flavour, ranks, exe, dir).native().args(&[op, COUNT]);
     job = match flavour {
         OpenMpi => job
             .env("OMPI_MCA_pml_monitoring_enable", "2")
@@ -279,6 +290,13 @@ fn exported_rules_change_the_choice(flavour: Flavour) {
             name, case.op, case.winner
         );
     }
+    // The store measured 4 ranks only: 2 ranks keep the library's own choice.
+    let op = cases[0].op;
+    assert_eq!(
+        sent_on(2, flavour, &exe, &dir, op, &using),
+        sent_on(2, flavour, &exe, &dir, op, &[]),
+        "{name} {op}: the 4-rank decisions reached a 2-rank job\n{text}"
+    );
 }
 
 #[test]

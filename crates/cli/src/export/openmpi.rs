@@ -3,9 +3,10 @@
 //! collective its id, the number of communicator sizes; per size the size and the number of
 //! message-size rules; per rule `message-size algorithm fan-in/out segment-size`. A rule holds
 //! from its message size up to the next rule's; a communicator takes the rules of the largest
-//! size listed that is not above its own (the first listed when all are). `#` starts a comment.
+//! size listed that is not above its own (the first listed when all are); algorithm 0 leaves
+//! the call to Open MPI's own decision. `#` starts a comment.
 
-use super::{Table, Unmapped};
+use super::{Range, Table, Unmapped};
 
 /// The variables that make Open MPI read `file`.
 pub fn usage(file: &str) -> String {
@@ -72,9 +73,15 @@ fn message_size(op: &str, bytes: u64, comm_size: u32) -> u64 {
     }
 }
 
+/// A rule set that leaves every call to Open MPI's own decision.
+const DEFER: &str = "1           # message sizes\n0 0 0 0     # Open MPI's own decision\n";
+
 /// The rules file for `tables` (any order), with a comment per rule naming the codelet, and
-/// the decisions it could not carry.
-/// `source`: the store; `file`: where the rules go (for the usage line).
+/// the decisions it could not carry. Only the communicator sizes measured get rules: each is
+/// followed by a size that defers to Open MPI (unless it is measured too), and size 0 comes
+/// first, so that Open MPI's lookup (the largest size listed not above the communicator's)
+/// finds a measured size only for exactly that size. `source`: the store; `file`: where the
+/// rules go (for the usage line).
 pub fn rules(tables: &[Table], source: &str, file: &str) -> (String, Vec<Unmapped>) {
     let mut unmapped = Vec::new();
     let mut body = String::new();
@@ -86,54 +93,33 @@ pub fn rules(tables: &[Table], source: &str, file: &str) -> (String, Vec<Unmappe
         }
         mine.sort_by_key(|t| t.comm_size);
         collectives += 1;
+        let mut sets = vec![(0, DEFER.to_string())];
+        for (i, table) in mine.iter().enumerate() {
+            let mut set = format!("{:<12}# message sizes\n", table.ranges.len());
+            for range in &table.ranges {
+                set.push_str(&rule(collective, table, range, &mut unmapped));
+            }
+            sets.push((table.comm_size, set));
+            let next = table.comm_size + 1;
+            if mine.get(i + 1).is_none_or(|t| t.comm_size != next) {
+                sets.push((next, DEFER.to_string()));
+            }
+        }
         body.push_str(&format!(
             "{:<12}# collective: {}\n{:<12}# communicator sizes\n",
             collective.id,
             collective.op,
-            mine.len()
+            sets.len()
         ));
-        for table in mine {
-            body.push_str(&format!(
-                "{:<12}# ranks\n{:<12}# message sizes\n",
-                table.comm_size,
-                table.ranges.len()
-            ));
-            for range in &table.ranges {
-                let algorithm = collective
-                    .algorithms
-                    .iter()
-                    .find(|(codelet, _)| *codelet == range.winner)
-                    .map(|(_, id)| *id);
-                let size = message_size(collective.op, range.from, table.comm_size);
-                let measured: Vec<String> = range.measured.iter().map(u64::to_string).collect();
-                let rule = format!("{size} {} 0 0", algorithm.unwrap_or(0));
-                let note = match algorithm {
-                    Some(_) => format!(
-                        "{} (measured at {} bytes)",
-                        range.winner,
-                        measured.join(", ")
-                    ),
-                    None => {
-                        let why = Unmapped {
-                            op: collective.op.to_string(),
-                            comm_size: table.comm_size,
-                            from: range.from,
-                            winner: range.winner.clone(),
-                        };
-                        let line = why.line("Open MPI");
-                        unmapped.push(why);
-                        line
-                    }
-                };
-                body.push_str(&format!("{rule:<12}# {note}\n"));
-            }
+        for (comm_size, set) in sets {
+            body.push_str(&format!("{comm_size:<12}# ranks\n{set}"));
         }
     }
     let text = format!(
         "# Open MPI coll_tuned dynamic rules written by `commtune export --format openmpi`\n\
          # from the history store {source}.\n\
          # Use: mpirun {} ...\n\
-         # A communicator takes the rules of the largest size listed not above its own.\n\
+         # Communicator sizes not measured keep Open MPI's own decisions.\n\
          # Rules: message size (bytes; allgatherv: per rank), algorithm, fan-in/out, segment size.\n\
          {collectives:<12}# collectives\n{body}",
         usage(file)
@@ -141,10 +127,48 @@ pub fn rules(tables: &[Table], source: &str, file: &str) -> (String, Vec<Unmappe
     (text, unmapped)
 }
 
+/// One message-size rule line with its comment; a winner without counterpart defers to Open
+/// MPI and is added to `unmapped`.
+fn rule(
+    collective: &Collective,
+    table: &Table,
+    range: &Range,
+    unmapped: &mut Vec<Unmapped>,
+) -> String {
+    let algorithm = collective
+        .algorithms
+        .iter()
+        .find(|(codelet, _)| *codelet == range.winner)
+        .map(|(_, id)| *id);
+    let size = message_size(collective.op, range.from, table.comm_size);
+    let rule = format!("{size} {} 0 0", algorithm.unwrap_or(0));
+    let note = match algorithm {
+        Some(_) => {
+            let measured: Vec<String> = range.measured.iter().map(u64::to_string).collect();
+            format!(
+                "{} (measured at {} bytes)",
+                range.winner,
+                measured.join(", ")
+            )
+        }
+        None => {
+            let why = Unmapped {
+                op: collective.op.to_string(),
+                comm_size: table.comm_size,
+                from: range.from,
+                winner: range.winner.clone(),
+            };
+            let line = why.line("Open MPI");
+            unmapped.push(why);
+            line
+        }
+    };
+    format!("{rule:<12}# {note}\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::Range;
 
     fn range(from: u64, winner: &str, measured: u64) -> Range {
         Range {
@@ -179,28 +203,31 @@ mod tests {
             .filter(|l| !l.is_empty())
             .collect();
         // allgatherv (1) before allreduce (2); allgatherv's 181 bytes on 4 ranks: 46 per rank.
-        assert_eq!(
-            numbers,
-            [
-                "2",
-                "1",
-                "1",
-                "4",
-                "2",
-                "0 0 0 0",
-                "46 3 0 0",
-                "2",
-                "1",
-                "4",
-                "2",
-                "0 3 0 0",
-                "2897 4 0 0"
-            ]
-        );
+        // Sizes 0 and 5 defer to Open MPI: only 4 ranks take the rules.
+        let expected = "2 | 1 | 3 | 0 | 1 | 0 0 0 0 | 4 | 2 | 0 0 0 0 | 46 3 0 0 | 5 | 1 | 0 0 0 0 \
+                        | 2 | 3 | 0 | 1 | 0 0 0 0 | 4 | 2 | 0 3 0 0 | 2897 4 0 0 | 5 | 1 | 0 0 0 0";
+        assert_eq!(numbers.join(" | "), expected);
         assert!(
             text.contains("# ring (measured at 1048576 bytes)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn neighbouring_sizes_need_no_deferring_set_between() {
+        let table = |comm_size| Table {
+            op: "alltoall".into(),
+            comm_size,
+            ranges: vec![range(0, "bruck", 64)],
+        };
+        let (text, _) = rules(&[table(2), table(4), table(5)], "/h", "/r");
+        let sizes: Vec<&str> = text
+            .lines()
+            .filter(|l| l.ends_with("# ranks"))
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(sizes, ["0", "2", "3", "4", "5", "6"]);
+        assert!(text.contains("6           # communicator sizes"), "{text}");
     }
 
     #[test]
