@@ -194,10 +194,12 @@ fn sent_on(
         "{text}"
     );
     // Open MPI: "I|E <rank> <peer> <n> bytes <n> msgs sent <histogram>"; rank 0's sends.
-    // MPICH: "sends: <per rank>".
+    // MPICH: "sends: <per rank>". Allreduce: also each rank's results, whose rounding and
+    // operand order differ between some algorithms.
+    let observed = ["I\t0\t", "E\t0\t", "sends:", "user op:", "sum:"];
     let mut lines: Vec<String> = text
         .lines()
-        .filter(|l| l.starts_with("I\t0\t") || l.starts_with("E\t0\t") || l.starts_with("sends:"))
+        .filter(|l| observed.iter().any(|o| l.starts_with(o)))
         .map(|l| l.split('\t').take(5).collect::<Vec<_>>().join(" "))
         .collect();
     lines.sort();

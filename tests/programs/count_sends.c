@@ -9,13 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef void *(*send_fn)(void *ep, const void *buffer, size_t count, uint64_t tag, const void *param);
+typedef void *(*send_fn)(void *ep, const void *buffer, size_t count, uint64_t tag,
+                         const void *param);
 
 static unsigned long sends;
 
 unsigned long export_probe_sends(void) { return sends; }
 
-void *ucp_tag_send_nbx(void *ep, const void *buffer, size_t count, uint64_t tag, const void *param) {
+void *ucp_tag_send_nbx(void *ep, const void *buffer, size_t count, uint64_t tag,
+                       const void *param) {
     static send_fn real;
     if (!real) real = (send_fn)dlsym(RTLD_NEXT, "ucp_tag_send_nbx");
     sends++;

@@ -1,14 +1,16 @@
-/* Which algorithm did the MPI library's MPI_Allreduce run? A reduction that is declared
- * commutative but is neither commutative nor associative makes every reduction order give a
- * different result, so each rank's result is a fingerprint of the algorithm (no timing).
- * Alltoall and allgatherv (whose results every algorithm must get alike) are checked for
- * correctness, so that a rules file that breaks them fails the job.
+/* One collective of the MPI library's own (no preload library), for tests/export.rs to tell
+ * which algorithm ran without timing it. For allreduce, each rank's results: of a reduction
+ * declared commutative that is neither commutative nor associative (each operand order gives
+ * another result) and of a built-in sum of doubles of far apart magnitudes (its rounding
+ * tells the association). Alltoall and allgatherv results, alike for every algorithm, are
+ * checked. What the ranks sent comes from outside: Open MPI's pml monitoring component, or
+ * count_sends.so (MPICH), read here through export_probe_sends.
  *
  * Usage: export_probe allreduce|alltoall|allgatherv COUNT
  * Prints on rank 0, for allreduce, "user op: R0 R1 ..." and "sum: R0 R1 ...", each rank's
- * result folded to one number; for the others "ok". With count_sends.so preloaded, also
- * "sends: N0 N1 ...": the messages each rank sent in the built-in sum (allreduce) or in the
- * collective (the others). */
+ * results folded to one number; for the others "ok" (or "wrong result", and fails). With
+ * count_sends.so preloaded, also "sends: N0 N1 ...": the messages each rank sent in the
+ * built-in sum (allreduce) or in the collective (the others). */
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -80,7 +82,8 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             for (int k = 0; k < 2; k++) {
                 printf(k == 0 ? "user op:" : "sum:");
-                for (int r = 0; r < size; r++) printf(" %016llx", (unsigned long long)all[2 * r + k]);
+                for (int r = 0; r < size; r++)
+                    printf(" %016llx", (unsigned long long)all[2 * r + k]);
                 printf("\n");
             }
         }

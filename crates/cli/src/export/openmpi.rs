@@ -59,7 +59,8 @@ const COLLECTIVES: [Collective; 3] = [
             // "modified_bruck"
             ("bruck", 3),
             // linear_sync2/4/8 have none: "linear_sync" takes its request limit from the
-            // rule, which only 5.0's format (rule-file-version-2) can give; 4.1 cannot read that format.
+            // rule, which only 5.0's format (rule-file-version-2) gives, and 4.1 cannot read
+            // that format.
         ],
     },
 ];
