@@ -301,6 +301,42 @@ mod tests {
     }
 
     #[test]
+    fn each_exported_size_exactly_and_in_place_alltoalls_keep_the_builtin_choice() {
+        let builtin = r#"{"collective=alltoall":{"comm_type=intra":{"algorithm=MPIR_Alltoall_intra_scattered":{}}}}"#;
+        let default = r#"{"algorithm=MPIR_Alltoall_intra_scattered":{}}"#;
+        let table = |comm_size| Table {
+            op: "alltoall".into(),
+            comm_size,
+            ranges: vec![
+                Range {
+                    from: 0,
+                    winner: "native".into(),
+                    measured: vec![64],
+                },
+                Range {
+                    from: 1000,
+                    winner: "bruck".into(),
+                    measured: vec![4096],
+                },
+            ],
+        };
+        let (text, _) = selection(&[table(4), table(2)], builtin, &|_| true).expect("exports");
+        let bruck = r#"{"algorithm=MPIR_Alltoall_intra_brucks":{}}"#;
+        // 1000 bytes on 2 ranks: 500 per peer; on 4 ranks: 250.
+        let sizes = |n: u32, per_peer: u32| {
+            format!(
+                r#""comm_size<{n}":{default},"comm_size<={n}":{{"is_sendbuf_inplace=yes":{default},"avg_msg_size<{per_peer}":{default},"avg_msg_size=any":{bruck}}}"#
+            )
+        };
+        let intra = format!(
+            r#"{{{},{},"comm_size=any":{default}}}"#,
+            sizes(2, 500),
+            sizes(4, 250)
+        );
+        assert_eq!(text.trim_end(), builtin.replacen(default, &intra, 1));
+    }
+
+    #[test]
     fn unmapped_winners_keep_the_builtin_choice() {
         let table = |winner: &str| Table {
             op: "allreduce".into(),
