@@ -65,7 +65,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     }
     if selection.filtered > 0 {
         eprintln!(
-            "commtune: export: skipped {} {} entries of other communicator sizes or operations",
+            "commtune: export: skipped {} {} entries of other (or unknown) communicator sizes or operations",
             selection.filtered, args.format
         );
     }

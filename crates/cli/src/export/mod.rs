@@ -1,8 +1,8 @@
 //! `commtune export`: the history store's decisions as an MPI library's own selection rules
 //! (Open MPI's `coll_tuned` dynamic rules file, MPICH's collective selection JSON file), so that
-//! a job gets them without the preload library. This module owns the part both share and that
-//! needs no MPI and no I/O: which entries count, the winner per measured size, and the size
-//! ranges; `openmpi` and `mpich` write the files.
+//! a job gets them without the preload library. This file owns what both formats share, with
+//! no MPI and no I/O: which entries count, the winner per measured size, and the size ranges;
+//! `openmpi` and `mpich` make the files' text (pure too), `command` reads and writes.
 
 pub mod command;
 pub mod mpich;
