@@ -50,11 +50,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
                 e.bytes.to_string(),
                 e.winner.clone(),
                 e.how.name().to_string(),
-                e.estimates
-                    .iter()
-                    .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                estimates(e),
             ]
         })
         .collect();
@@ -88,6 +84,25 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
         out.push_str(&line(row));
     }
     out
+}
+
+/// Every codelet's estimate; for a calibration's ping-pong (`p2p`), the one-way time and the
+/// bandwidth it makes.
+fn estimates(entry: &Entry) -> String {
+    match (entry.op.as_str(), entry.estimates.as_slice()) {
+        ("p2p", [one_way]) => format!(
+            "one-way={:.1}±{:.1} ({:.0} MB/s)",
+            one_way.us,
+            one_way.error_us,
+            entry.bytes as f64 / one_way.us
+        ),
+        _ => entry
+            .estimates
+            .iter()
+            .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `commtune`: start MPI jobs with libcommtune.so preloaded into every rank, and read the reports
 //! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
 
+mod calibrate;
 mod catalogue;
 mod flavour;
 mod history;
@@ -48,6 +49,9 @@ enum Cmd {
     Simulate(SimulateArgs),
     /// List what earlier jobs' searches decided (the history store, COMMTUNE_HISTORY)
     History(HistoryArgs),
+    /// Measure every codelet at log-spaced sizes into the history store
+    #[command(long_about = calibrate::ABOUT, after_help = calibrate::EXAMPLES)]
+    Calibrate(calibrate::Args),
 }
 
 #[derive(Args)]
@@ -211,6 +215,7 @@ fn main() -> ExitCode {
         Cmd::Codelets(args) => codelets(&args),
         Cmd::Simulate(args) => simulate(&args),
         Cmd::History(args) => list_history(args),
+        Cmd::Calibrate(args) => calibrate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
