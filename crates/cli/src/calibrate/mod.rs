@@ -95,15 +95,17 @@ pub struct Args {
 /// the run under way (the library writes at MPI_Finalize).
 const RUN_SECONDS: f64 = 15.0;
 
-/// Calls per point: the search's instances (every codelet, at most 8 per operation, each
-/// COMMTUNE_SAMPLES times) plus warm-up, the first checkpoint and the self-check's window.
+/// Calls per point: two searches' instances (every codelet, at most 8 per operation, each
+/// COMMTUNE_SAMPLES times; the self-check may reopen the first search, which it did for one
+/// point in twenty on shared memory, and the second search times blocks of two calls with
+/// `period`) plus warm-up, the first checkpoint and the self-check's windows.
 fn calls_per_point() -> u32 {
     let samples = std::env::var("COMMTUNE_SAMPLES")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .filter(|s| (1..=1000).contains(s))
         .unwrap_or(4);
-    8 * samples + 30
+    (8 + 2 * 8) * samples + 40
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -533,7 +535,7 @@ impl Calibration {
                 .map(|(op, bytes)| format!("{op} {bytes} B"))
                 .collect();
             out.push_str(&format!(
-                "no decision (the search did not finish in its calls; not retried): {}\n",
+                "no decision (the search did not settle in its calls; not retried): {}\n",
                 list.join(", ")
             ));
         }
