@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Failure;
 use crate::flavour::Flavour;
-use crate::launcher::{self, Launcher};
+use crate::launcher;
 
 pub const ABOUT: &str = "Measure every codelet at log-spaced sizes and keep the results in the \
 history store.
@@ -123,21 +123,28 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             "calibrate needs the launcher after `--`, e.g. `commtune calibrate -- mpirun -np 4`",
         ));
     }
-    let detection = launcher::detect(&args.command, args.mpi).map_err(usage)?;
-    if detection.launcher == Launcher::Direct {
+    let first = &args.command[0];
+    let names: Vec<String> = std::iter::once(PathBuf::from(first))
+        .chain(launcher::which(first).map_or_else(Vec::new, |p| launcher::symlink_chain(&p)))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if launcher::classify_names(&names) == launcher::NameClass::Program {
         return Err(usage(format!(
-            "`{}` is not a launcher: calibrate runs its own program under one, e.g. \
-             `commtune calibrate -- mpirun -np 4`",
-            args.command[0]
+            "`{first}` is not a launcher: calibrate runs its own program under one (mpirun, \
+             mpiexec, srun), e.g. `commtune calibrate -- mpirun -np 4`"
         )));
     }
+    let detection = launcher::detect(&args.command, args.mpi).map_err(usage)?;
     for warning in &detection.warnings {
         eprintln!("commtune: warning: {warning}");
     }
     let store = crate::history::dir(args.dir.clone()).map_err(usage)?;
     let library = crate::find_library(detection.flavour).map_err(usage)?;
-    let program = program::compile(detection.flavour).map_err(|m| Failure::new(1, m))?;
     program::on_interrupt().map_err(|m| Failure::new(1, m))?;
+    let program = program::compile(detection.flavour).map_err(|m| Failure::new(1, m))?;
+    if program::interrupted() {
+        return Err(Failure::new(130, "interrupted: nothing was calibrated"));
+    }
     let job = program::Job {
         launcher: detection.launcher,
         flavour: detection.flavour,
