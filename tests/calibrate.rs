@@ -8,9 +8,12 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Mpich, OpenMpi, alone, cli, root, scratch};
+use common::{
+    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Mpich, OpenMpi, all_but, alone, cli, root,
+    run_with_timeout, scratch,
+};
 use commtune_history::{Entry, How};
 
 /// The launcher words after `--` for 2 ranks.
@@ -43,8 +46,8 @@ fn calibrate(flavour: Flavour, args: &[&str], store: &Path) -> Command {
     command
 }
 
-fn output(mut command: Command) -> Output {
-    alone(|| command.output().expect("run commtune calibrate"))
+fn output(command: Command) -> Output {
+    alone(|| run_with_timeout(command))
 }
 
 fn text(output: &Output) -> String {
@@ -90,7 +93,7 @@ fn writes_every_operation_and_size_and_resumes(flavour: Flavour) {
     let dir = scratch(&format!("calibrate_entries_{}", flavour.name()));
     let store = dir.join("store");
     let args = ["--sizes", "64..4K", "--points", "3"];
-    let mut first = calibrate(flavour, &args, &store);
+    let first = calibrate(flavour, &args, &store);
     let out = output(first);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -153,7 +156,7 @@ fn writes_every_operation_and_size_and_resumes(flavour: Flavour) {
 
     // The same command again finds everything there: nothing new is kept.
     let files = std::fs::read_dir(&store).unwrap().count();
-    let mut again = calibrate(flavour, &args, &store);
+    let again = calibrate(flavour, &args, &store);
     let out = output(again);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
@@ -181,7 +184,7 @@ fn writes_every_operation_and_size_and_resumes_mpich() {
 fn time_budget_stops_and_a_rerun_finishes() {
     let dir = scratch("calibrate_budget");
     let store = dir.join("store");
-    let mut short = calibrate(
+    let short = calibrate(
         OpenMpi,
         &[
             "--ops",
@@ -204,7 +207,7 @@ fn time_budget_stops_and_a_rerun_finishes() {
     );
     assert!(sizes(&entries(&store), "alltoall").is_empty());
 
-    let mut rest = calibrate(
+    let rest = calibrate(
         OpenMpi,
         &["--ops", "alltoall", "--sizes", "8..1M", "--points", "8"],
         &store,
@@ -216,25 +219,32 @@ fn time_budget_stops_and_a_rerun_finishes() {
     assert!(sizes(&all, "alltoall").len() >= 8, "{all:#?}");
 }
 
-/// Ctrl-C stops the launcher and keeps what finished (whenever it lands); the rerun finishes
-/// the rest without measuring anything twice.
+/// Ctrl-C once the sweep's first launcher run is starting stops the calibration and keeps what
+/// finished before (the probe's ping-pong at least); the rerun finishes the rest without
+/// measuring anything twice.
 #[test]
 fn interrupted_calibration_resumes() {
     let dir = scratch("calibrate_interrupt");
     let store = dir.join("store");
-    let args = [
-        "--ops",
-        "allreduce,alltoall",
-        "--sizes",
-        "8..1M",
-        "--points",
-        "10",
-    ];
+    let args = ["--ops", "alltoall", "--sizes", "8..1M", "--points", "6"];
+    // Every codelet but native 20 ms slower: the sweep's launcher run lasts seconds.
+    let delays = all_but("alltoall", ALLTOALL, "native", "20ms").join(",");
     let mut first = calibrate(Mpich, &args, &store);
-    first.stdout(Stdio::piped()).stderr(Stdio::piped());
+    first
+        .env("COMMTUNE_INJECT_DELAY", &delays)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let out = alone(|| {
         let child = first.spawn().expect("start commtune calibrate");
-        std::thread::sleep(Duration::from_secs(3));
+        // The sweep's first launcher run stages into `.calibrate-<pid>-1`.
+        let staging = store.join(format!(".calibrate-{}-1", child.id()));
+        let start = Instant::now();
+        while !staging.exists() && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Into the run, once its ranks have started (MPICH's mpiexec can hang on a Ctrl-C
+        // that comes while it starts them).
+        std::thread::sleep(Duration::from_secs(1));
         // SAFETY: kill has no memory effects.
         unsafe {
             libc::kill(child.id() as i32, libc::SIGINT);
@@ -243,27 +253,23 @@ fn interrupted_calibration_resumes() {
             .wait_with_output()
             .expect("wait for commtune calibrate")
     });
-    let code = out.status.code();
-    assert!(code == Some(130) || code == Some(0), "{}", text(&out));
-    if code == Some(130) {
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("commtune: interrupted"),
-            "{}",
-            text(&out)
-        );
-    }
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("commtune: interrupted: what finished is kept"),
+        "{}",
+        text(&out)
+    );
     let kept = entries(&store);
     tidy(&store, &kept);
+    assert!(!sizes(&kept, "p2p").is_empty(), "{kept:#?}");
 
-    let mut rest = calibrate(Mpich, &args, &store);
-    let out = output(rest);
+    let out = output(calibrate(Mpich, &args, &store));
     assert!(out.status.success(), "{}", text(&out));
     let all = entries(&store);
     tidy(&store, &all);
     assert!(kept.iter().all(|e| all.contains(e)));
-    for op in ["allreduce", "alltoall"] {
-        assert!(sizes(&all, op).len() >= 10, "{op}: {:?}", sizes(&all, op));
-    }
+    assert!(sizes(&all, "alltoall").len() >= 6, "{all:#?}");
 }
 
 /// With every allreduce of ring delayed 5 ms, ring wins at no size.

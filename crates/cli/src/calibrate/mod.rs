@@ -403,12 +403,14 @@ impl Calibration {
                 if run.is_empty() {
                     return Stop::Budget(todo.len());
                 }
-                if let Err(message) = self.measure(job, &run) {
-                    return if program::interrupted() {
-                        Stop::Interrupted
-                    } else {
-                        Stop::Failed(message)
-                    };
+                let measured = self.measure(job, &run);
+                if program::interrupted() {
+                    // Ctrl-C may also come between two runs, or reach the job before its
+                    // launcher could take it: then that run finished, and is kept.
+                    return Stop::Interrupted;
+                }
+                if let Err(message) = measured {
+                    return Stop::Failed(message);
                 }
                 todo.drain(..run.len());
             }

@@ -125,23 +125,25 @@ impl Line {
 static RUNNING: AtomicI32 = AtomicI32::new(0);
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// On Ctrl-C (or SIGTERM), stops the running job's whole process group (the launcher and what
-/// it started here) and lets the calibration end with what finished.
+/// On Ctrl-C, stops the running job's process group (the launcher and what it started in it)
+/// and lets the calibration end with what finished. A second Ctrl-C kills the group: MPICH's
+/// mpiexec can hang when the first comes while it starts its ranks.
 pub fn on_interrupt() -> Result<(), String> {
     ctrlc::set_handler(|| {
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        stop(RUNNING.load(Ordering::SeqCst));
+        let again = INTERRUPTED.swap(true, Ordering::SeqCst);
+        let signal = if again { libc::SIGKILL } else { libc::SIGINT };
+        stop(RUNNING.load(Ordering::SeqCst), signal);
     })
     .map_err(|e| format!("cannot catch Ctrl-C: {e}"))
 }
 
-/// Sends SIGINT to process group `group` (0: none), as Ctrl-C in a terminal would.
-fn stop(group: i32) {
+/// Sends `signal` to process group `group` (0: none).
+fn stop(group: i32, signal: i32) {
     if group > 0 {
         // SAFETY: kill has no memory effects; a group that has ended already makes it fail with
         // ESRCH, which is fine.
         unsafe {
-            libc::kill(-group, libc::SIGINT);
+            libc::kill(-group, signal);
         }
     }
 }
@@ -215,7 +217,7 @@ impl Job<'_> {
         RUNNING.store(child.id() as i32, Ordering::SeqCst);
         if interrupted() {
             // Ctrl-C came while the job was being started.
-            stop(child.id() as i32);
+            stop(child.id() as i32, libc::SIGINT);
         }
         let mut stderr = child.stderr.take().map(BufReader::new);
         let errors = std::thread::spawn(move || {
