@@ -83,11 +83,7 @@ pub struct Args {
     mpi: Option<Flavour>,
 
     /// The launcher and its arguments (mpirun -np 4, mpiexec.mpich -n 4, srun -n 64)
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "LAUNCHER"
-    )]
+    #[arg(last = true, value_name = "LAUNCHER")]
     command: Vec<String>,
 }
 
