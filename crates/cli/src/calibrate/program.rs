@@ -160,6 +160,8 @@ pub struct Job<'a> {
     pub command: &'a [String],
     pub library: &'a Path,
     pub program: &'a Path,
+    /// COMMTUNE_SAMPLES of the job.
+    pub samples: u32,
 }
 
 impl Job<'_> {
@@ -172,7 +174,9 @@ impl Job<'_> {
         mut seen: impl FnMut(Line),
     ) -> Result<(), String> {
         let store = store.to_string_lossy();
+        let samples = self.samples.to_string();
         let overrides = [
+            ("COMMTUNE_SAMPLES", Some(samples.as_str())),
             ("COMMTUNE_MODE", Some("tune")),
             ("COMMTUNE_SEARCH", Some("brute")),
             ("COMMTUNE_BUDGET", Some("1")),
