@@ -168,16 +168,16 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         args.time_budget.map(Into::into),
     );
     calibration.bar.finish_and_clear();
-    print!("{}", calibration.summary(&ops, range));
+    let mut summary = calibration.summary(&ops, range);
+    if let Stop::Budget(left) = stop {
+        summary.push_str(&format!(
+            "stopped by the time budget with {left} points left: run the same command again to \
+             continue\n"
+        ));
+    }
+    crate::emit(&summary)?;
     match stop {
-        Stop::Done => Ok(()),
-        Stop::Budget(left) => {
-            println!(
-                "stopped by the time budget with {left} points left: run the same command again to \
-                 continue"
-            );
-            Ok(())
-        }
+        Stop::Done | Stop::Budget(_) => Ok(()),
         Stop::Interrupted => Err(Failure::new(
             130,
             "interrupted: what finished is kept; run the same command again to continue",
