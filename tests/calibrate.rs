@@ -42,7 +42,9 @@ fn calibrate(flavour: Flavour, args: &[&str], store: &Path) -> Command {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         // Open MPI 4.1.4's AVX op component gets 8-bit sums wrong on this host.
         .env("OMPI_MCA_op", "^avx")
-        .env_remove("COMMTUNE_HISTORY");
+        .env_remove("COMMTUNE_HISTORY")
+        // cargo's, for the library's build: not a knob of the ranks.
+        .env_remove("COMMTUNE_BUILD_FLAVOUR");
     command
 }
 
