@@ -111,8 +111,17 @@ mod tests {
     use commtune_history::{Estimate, How, Platform};
 
     #[test]
-    fn lists_winner_and_estimates() {
-        let entry = Entry {
+    fn lists_a_ping_pong_as_one_way_time_and_bandwidth() {
+        let mut entry = entry();
+        entry.op = "p2p".into();
+        entry.bytes = 1_000_000;
+        entry.estimates.truncate(1);
+        entry.estimates[0].us = 500.0;
+        assert_eq!(estimates(&entry), "one-way=500.0±1.0 (2000 MB/s)");
+    }
+
+    fn entry() -> Entry {
+        Entry {
             op: "allreduce".into(),
             comm_size: 4,
             ranks_per_node: Some(4),
@@ -141,9 +150,13 @@ mod tests {
             winner: "ring".into(),
             time: 0,
             how: How::Search,
-        };
+        }
+    }
+
+    #[test]
+    fn lists_winner_and_estimates() {
         let loaded = Loaded {
-            entries: vec![entry],
+            entries: vec![entry()],
             files: 1,
             ..Loaded::default()
         };

@@ -270,13 +270,16 @@ impl Calibration {
                 program::Line::Point(_, _, seconds) => point_seconds += seconds,
             },
         );
+        if program::interrupted() {
+            bar.finish_and_clear();
+            return Err(Failure::new(
+                130,
+                "interrupted during the probe: nothing was calibrated",
+            ));
+        }
         let staged = staged.map_err(|m| {
             bar.finish_and_clear();
-            if program::interrupted() {
-                Failure::new(130, "interrupted during the probe: nothing was calibrated")
-            } else {
-                Failure::new(1, m)
-            }
+            Failure::new(1, m)
         })?;
         let Some(here) = staged.entries.iter().find(|e| e.op == "allreduce").cloned() else {
             bar.finish_and_clear();
