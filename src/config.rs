@@ -68,6 +68,9 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// The history store, COMMTUNE_HISTORY.
     pub history: HistoryTarget,
+    /// Whether the job is a calibration (`commtune calibrate`): its history entries say so,
+    /// COMMTUNE_CALIBRATE.
+    pub calibrate: bool,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             halo_neighbor: false,
             trace: None,
             history: HistoryTarget::Default,
+            calibrate: false,
         }
     }
 }
@@ -167,6 +171,7 @@ pub const KNOBS: &[Knob] = &[
         "~/.local/state/commtune/history",
         "a directory, or off",
     ),
+    knob("COMMTUNE_CALIBRATE", "off", "off, on"),
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
@@ -219,14 +224,7 @@ where
                 config.exclude = codelet_list(name, value, names, &mut problems, false);
                 true
             }
-            "COMMTUNE_HALO_NEIGHBOR" => set(
-                &mut config.halo_neighbor,
-                match value {
-                    "off" => Some(false),
-                    "on" => Some(true),
-                    _ => None,
-                },
-            ),
+            "COMMTUNE_HALO_NEIGHBOR" => set(&mut config.halo_neighbor, on_off(value)),
             "COMMTUNE_SEARCH" => set(&mut t.search, parse_search(value)),
             "COMMTUNE_FILTER" => ["minfactor", "iqr", "robust"]
                 .into_iter()
@@ -261,6 +259,7 @@ where
                     path => Some(HistoryTarget::Path(PathBuf::from(path))),
                 },
             ),
+            "COMMTUNE_CALIBRATE" => set(&mut config.calibrate, on_off(value)),
             "COMMTUNE_INJECT_DELAY" => {
                 config.delays = delays(value, names, &mut problems);
                 true
@@ -288,6 +287,14 @@ fn not_valid(knob: &Knob, value: &str) -> String {
         "commtune: {}={value:?} is not valid (accepted: {}); using the default {}",
         knob.name, knob.accepted, knob.default
     )
+}
+
+fn on_off(value: &str) -> Option<bool> {
+    match value {
+        "off" => Some(false),
+        "on" => Some(true),
+        _ => None,
+    }
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) -> bool {
@@ -492,6 +499,7 @@ mod tests {
             ("COMMTUNE_HALO_NEIGHBOR", "on"),
             ("COMMTUNE_TRACE", "/tmp/t"),
             ("COMMTUNE_HISTORY", "/tmp/h"),
+            ("COMMTUNE_CALIBRATE", "on"),
             ("PATH", "/bin"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
@@ -512,6 +520,7 @@ mod tests {
         assert!(c.halo_neighbor);
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert_eq!(c.history, HistoryTarget::Path("/tmp/h".into()));
+        assert!(c.calibrate);
         let (c, _) = parse([("COMMTUNE_REPORT", "none"), ("COMMTUNE_HISTORY", "off")]);
         assert_eq!(c.report, ReportTarget::Disabled);
         assert_eq!(c.history, HistoryTarget::Off);

@@ -97,7 +97,11 @@ fn entries(ranks: &[RankData], process: &Process) -> Vec<history::Entry> {
                 .collect(),
             winner: names[decided.winner].to_string(),
             time,
-            how: How::Search,
+            how: if config.calibrate {
+                How::Calibrate
+            } else {
+                How::Search
+            },
         });
     }
     entries

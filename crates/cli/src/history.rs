@@ -50,11 +50,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
                 e.bytes.to_string(),
                 e.winner.clone(),
                 e.how.name().to_string(),
-                e.estimates
-                    .iter()
-                    .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                estimates(e),
             ]
         })
         .collect();
@@ -90,14 +86,42 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
     out
 }
 
+/// Every codelet's estimate; for a calibration's ping-pong (`p2p`), the one-way time and the
+/// bandwidth it makes.
+fn estimates(entry: &Entry) -> String {
+    match (entry.op.as_str(), entry.estimates.as_slice()) {
+        ("p2p", [one_way]) => format!(
+            "one-way={:.1}±{:.1} ({:.0} MB/s)",
+            one_way.us,
+            one_way.error_us,
+            entry.bytes as f64 / one_way.us
+        ),
+        _ => entry
+            .estimates
+            .iter()
+            .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use commtune_history::{Estimate, How, Platform};
 
     #[test]
-    fn lists_winner_and_estimates() {
-        let entry = Entry {
+    fn lists_a_ping_pong_as_one_way_time_and_bandwidth() {
+        let mut entry = entry();
+        entry.op = "p2p".into();
+        entry.bytes = 1_000_000;
+        entry.estimates.truncate(1);
+        entry.estimates[0].us = 500.0;
+        assert_eq!(estimates(&entry), "one-way=500.0±1.0 (2000 MB/s)");
+    }
+
+    fn entry() -> Entry {
+        Entry {
             op: "allreduce".into(),
             comm_size: 4,
             ranks_per_node: Some(4),
@@ -126,9 +150,13 @@ mod tests {
             winner: "ring".into(),
             time: 0,
             how: How::Search,
-        };
+        }
+    }
+
+    #[test]
+    fn lists_winner_and_estimates() {
         let loaded = Loaded {
-            entries: vec![entry],
+            entries: vec![entry()],
             files: 1,
             ..Loaded::default()
         };

@@ -1,6 +1,7 @@
 //! `commtune`: start MPI jobs with libcommtune.so preloaded into every rank, and read the reports
 //! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
 
+mod calibrate;
 mod catalogue;
 mod export;
 mod flavour;
@@ -55,6 +56,9 @@ enum Cmd {
     Map(MapArgs),
     /// Write the store's decisions as Open MPI's or MPICH's own selection rules
     Export(export::command::ExportArgs),
+    /// Measure every codelet at log-spaced sizes into the history store
+    #[command(long_about = calibrate::ABOUT, after_help = calibrate::EXAMPLES)]
+    Calibrate(calibrate::Args),
 }
 
 #[derive(Args)]
@@ -241,6 +245,7 @@ fn main() -> ExitCode {
         Cmd::History(args) => list_history(args),
         Cmd::Map(args) => show_map(args),
         Cmd::Export(args) => export::command::run(args),
+        Cmd::Calibrate(args) => calibrate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
