@@ -90,7 +90,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
 /// bandwidth it makes.
 fn estimates(entry: &Entry) -> String {
     match (entry.op.as_str(), entry.estimates.as_slice()) {
-        ("p2p", [one_way]) => format!(
+        (history::PING_PONG, [one_way]) => format!(
             "one-way={:.1}±{:.1} ({:.0} MB/s)",
             one_way.us,
             one_way.error_us,

@@ -122,7 +122,16 @@ pub struct Entry {
     pub how: How,
 }
 
+/// The operation of a calibration's ping-pong entries (one-way time per size, as `native`):
+/// samples of the network, not a decision among codelets.
+pub const PING_PONG: &str = "p2p";
+
 impl Entry {
+    /// Whether the entry is a collective's decision among codelets (not a ping-pong sample).
+    pub fn is_decision(&self) -> bool {
+        self.op != PING_PONG
+    }
+
     /// The winner's estimate, if the search measured it.
     pub fn winner_estimate(&self) -> Option<&Estimate> {
         self.estimates.iter().find(|e| e.codelet == self.winner)

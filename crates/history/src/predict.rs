@@ -221,10 +221,10 @@ fn strongest(a: How, b: How) -> How {
 }
 
 /// The entries merged into one problem per (operation, communicator size, bytes), sorted by
-/// them; per codelet the median of the jobs' estimates. Entries without a usable estimate are
-/// left out.
+/// them; per codelet the median of the jobs' estimates. Entries without a usable estimate, and
+/// ping-pong samples (no codelets to choose from), are left out.
 pub fn merge(entries: &[Entry]) -> Vec<Measured> {
-    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    let mut sorted: Vec<&Entry> = entries.iter().filter(|e| e.is_decision()).collect();
     sorted.sort_by(|a, b| key(a).cmp(&key(b)));
     sorted
         .chunk_by(|a, b| key(a) == key(b))

@@ -20,6 +20,19 @@ fn an_empty_store_predicts_nothing() {
 }
 
 #[test]
+fn ping_pong_samples_are_not_problems() {
+    let mut entries: Vec<Entry> = powers().map(|b| crossover(4, b)).collect();
+    let problems = merge(&entries).len();
+    entries.push(entry(crate::PING_PONG, 4, 64, &[("native", 3.0)]));
+    assert_eq!(merge(&entries).len(), problems);
+    let knowledge = Knowledge::new(&entries, 0.1);
+    assert_eq!(
+        knowledge.predict(&problem(crate::PING_PONG, 4, 64), &any),
+        None
+    );
+}
+
+#[test]
 fn unseen_sizes_on_either_side_of_a_crossover_get_the_right_winner() {
     let entries: Vec<Entry> = powers().map(|b| crossover(4, b)).collect();
     let knowledge = Knowledge::new(&entries, 0.1);

@@ -318,7 +318,7 @@ impl Calibration {
             calibration.done.insert(("allreduce".to_string(), first));
             calibration.measured += 1;
         }
-        if !mine.iter().any(|e| e.op == "p2p") {
+        if !mine.iter().any(|e| e.op == history::PING_PONG) {
             calibration
                 .keep_pingpong(&pingpong)
                 .map_err(|m| Failure::new(1, m))?;
@@ -339,7 +339,7 @@ impl Calibration {
         let entries: Vec<Entry> = pingpong
             .iter()
             .map(|&(bytes, us, error_us)| Entry {
-                op: "p2p".to_string(),
+                op: history::PING_PONG.to_string(),
                 comm_size: ranks,
                 ranks_per_node: self.here.ranks_per_node,
                 size_class: class_name(bytes),
@@ -552,7 +552,7 @@ impl Calibration {
                 .collect();
             out.push_str(&plan::decision_table(op, &entries));
         }
-        let p2p = plan::latest(&mine, "p2p");
+        let p2p = plan::latest(&mine, history::PING_PONG);
         let one_way = |(bytes, e): (&u64, &&Entry)| Some((*bytes, e.estimates.first()?.us));
         if let (Some((small, latency)), Some((large, time))) = (
             p2p.iter().next().and_then(one_way),
