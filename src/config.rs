@@ -68,6 +68,9 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// The history store, COMMTUNE_HISTORY.
     pub history: HistoryTarget,
+    /// How far a predicted winner's measured time may exceed its predicted time before the
+    /// prediction is dismissed, as a fraction, COMMTUNE_PMAX.
+    pub pmax: f64,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             halo_neighbor: false,
             trace: None,
             history: HistoryTarget::Default,
+            pmax: 0.1,
         }
     }
 }
@@ -167,6 +171,7 @@ pub const KNOBS: &[Knob] = &[
         "~/.local/state/commtune/history",
         "a directory, or off",
     ),
+    knob("COMMTUNE_PMAX", "0.1", "a number > 0 (0.1: 10 %)"),
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
@@ -261,6 +266,7 @@ where
                     path => Some(HistoryTarget::Path(PathBuf::from(path))),
                 },
             ),
+            "COMMTUNE_PMAX" => set(&mut config.pmax, real(value, |v| v > 0.0)),
             "COMMTUNE_INJECT_DELAY" => {
                 config.delays = delays(value, names, &mut problems);
                 true

@@ -121,6 +121,9 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
                 c.verdict
             );
         }
+        if let Some(p) = &t.prediction {
+            let _ = write!(detail, "; {}", p.describe());
+        }
         let _ = writeln!(
             out,
             "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use commtune_report::{
-    Aborted, CodeletEstimate, Event, KeyData, Location, Op, RankData, Report, SCHEMA, Saving,
-    SelfCheck, SiteData, TuningData, VERSION, merge,
+    Aborted, CodeletEstimate, Event, HistoryPrediction, HistorySource, KeyData, Location, Op,
+    RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData, VERSION, merge,
 };
 use serde_json::Value;
 
@@ -80,6 +80,20 @@ fn full() -> Report {
             runner_up_us: Some(10.0),
             timing: "local".into(),
             verdict: "kept".into(),
+        }),
+        prediction: Some(HistoryPrediction {
+            predictor: "vote".into(),
+            from: vec![HistorySource {
+                comm_size: 2,
+                bytes: 64,
+                how: "search".into(),
+            }],
+            winner: "ring".into(),
+            predicted_us: 5.0,
+            measured_us: Some(5.2),
+            pmax: 0.1,
+            outcome: "confirmed".into(),
+            saved_instances: 24,
         }),
     };
     let key = |op: Op, rank: u32| KeyData {

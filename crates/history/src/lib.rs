@@ -351,3 +351,5 @@ pub fn date(seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests;
+
+pub mod predict;
