@@ -122,7 +122,10 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
             );
         }
         if let Some(p) = &t.prediction {
-            let _ = write!(detail, "; {}", p.describe());
+            if !detail.is_empty() {
+                detail.push_str("; ");
+            }
+            detail.push_str(&p.describe());
         }
         let _ = writeln!(
             out,
