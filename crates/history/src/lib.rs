@@ -351,5 +351,3 @@ pub fn date(seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests;
-
-pub mod predict;
