@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+pub mod map;
+pub mod predict;
+
 /// The version of the format this crate writes and reads.
 pub const VERSION: u32 = 1;
 
