@@ -128,7 +128,7 @@ fn start_predicted<C: Operation>(
     let config = runtime::config();
     let names = codelets::names(C::OP);
     key.prediction = Some(HistoryPrediction {
-        predictor: format!("{:?}", prediction.predictor).to_lowercase(),
+        predictor: prediction.predictor.name().to_string(),
         from: prediction
             .from
             .iter()
