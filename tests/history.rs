@@ -139,7 +139,11 @@ fn damaged_store_is_one_warning_and_the_job_goes_on() {
     // Every rank reads the store for its predictions; rank 0 says once what it skipped.
     let lines = warnings(&job);
     assert_eq!(lines.len(), 1, "{}", job.stderr());
-    assert!(lines[0].contains("ignored 2 files and 1 line"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("ignored 2 files and 1 line"),
+        "{}",
+        lines[0]
+    );
     // The job's own entries were added all the same; reading says once what it skipped.
     let loaded = commtune_history::load(&store);
     assert_eq!(loaded.files, 2, "the truncated file and the job's");
@@ -156,11 +160,15 @@ fn damaged_store_is_one_warning_and_the_job_goes_on() {
     let lines = warnings(&job);
     assert_eq!(lines.len(), 2, "{}", job.stderr());
     assert!(
-        lines.iter().any(|l| l.contains("cannot list the directory")),
+        lines
+            .iter()
+            .any(|l| l.contains("cannot list the directory")),
         "{lines:?}"
     );
     assert!(
-        lines.iter().any(|l| l.contains("cannot add to the history store")),
+        lines
+            .iter()
+            .any(|l| l.contains("cannot add to the history store")),
         "{lines:?}"
     );
 }

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
 use commtune_history::{self as history, Estimate, How, Platform};
@@ -42,33 +42,57 @@ enum State {
 
 static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::None));
 
-/// At MPI_Init: starts reading the store in the background (MPI_Init returns at once; the
-/// first checkpoint that wants a prediction waits for the read, which is local).
+/// At MPI_Init: starts reading the store in the background (MPI_Init returns at once; keys
+/// wait at checkpoints until the read is over, `read`).
 pub fn start(process: &'static Process) {
     let config = runtime::config();
     let Some(dir) = store(config) else {
         return;
     };
-    let pmax = config.pmax;
+    let (pmax, verbose) = (config.pmax, config.verbose);
     let reader = std::thread::Builder::new()
         .name("commtune-history".into())
         .spawn(move || {
+            let start = Instant::now();
             let loaded = history::load(&dir);
             if process.rank == 0
                 && let Some(warning) = loaded.warning(&dir)
             {
                 say!("{warning}");
             }
+            let read = start.elapsed();
             let platform = platform(process);
+            let all = loaded.entries.len();
             let entries: Vec<history::Entry> = loaded
                 .entries
                 .into_iter()
                 .filter(|e| history::predict::compatible(e, &process.mpi, &platform))
                 .collect();
-            Knowledge::new(&entries, pmax)
+            let knowledge = Knowledge::new(&entries, pmax);
+            if process.rank == 0 && verbose >= 1 {
+                say!(
+                    "commtune: history store {}: {all} entries read in {:.0} ms, {} of this \
+                     MPI library and platform analysed in {:.0} ms",
+                    dir.display(),
+                    read.as_secs_f64() * 1e3,
+                    entries.len(),
+                    (start.elapsed() - read).as_secs_f64() * 1e3
+                );
+            }
+            knowledge
         });
     if let Ok(reader) = reader {
         *lock(&KNOWLEDGE) = State::Reading(reader);
+    }
+}
+
+/// Whether this rank's read of the store is over (or there is none): until it is, its keys
+/// are not ready at checkpoints, so that the application goes on (natively) while the store is
+/// read, and no rank searches a key that every rank could have predicted.
+pub fn read() -> bool {
+    match &*lock(&KNOWLEDGE) {
+        State::Reading(reader) => reader.is_finished(),
+        State::None | State::Read(_) => true,
     }
 }
 
