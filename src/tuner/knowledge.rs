@@ -42,8 +42,10 @@ enum State {
 
 static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::None));
 
-/// At MPI_Init: starts reading the store in the background (MPI_Init returns at once; keys
-/// wait at checkpoints until the read is over, `read`).
+/// At MPI_Init: starts reading the store in the background. MPI_Init returns at once; the first
+/// checkpoint that finds a call ready waits for the rest of the read (it is local: it cannot
+/// deadlock). Not waiting there would starve the reader on a machine whose cores the ranks'
+/// busy polling fills, and a short run would then never be predicted.
 pub fn start(process: &'static Process) {
     let config = runtime::config();
     let Some(dir) = store(config) else {
@@ -83,16 +85,6 @@ pub fn start(process: &'static Process) {
         });
     if let Ok(reader) = reader {
         *lock(&KNOWLEDGE) = State::Reading(reader);
-    }
-}
-
-/// Whether this rank's read of the store is over (or there is none): until it is, its keys
-/// are not ready at checkpoints, so that the application goes on (natively) while the store is
-/// read, and no rank searches a key that every rank could have predicted.
-pub fn read() -> bool {
-    match &*lock(&KNOWLEDGE) {
-        State::Reading(reader) => reader.is_finished(),
-        State::None | State::Read(_) => true,
     }
 }
 

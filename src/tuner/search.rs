@@ -43,7 +43,7 @@ pub(super) fn checkpoint<C: Operation>(
             Err(_) => return at.slot.disable(comm),
         },
     };
-    let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup && knowledge::read();
+    let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
     let prediction = if warm { predict(at) } else { None };
     // A predicted key costs no search: the budget does not hold it back.
     let ready = warm
