@@ -7,8 +7,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use common::{ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, compile, run, scratch, sites};
+use common::{
+    ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, cli, compile, run, scratch, sites,
+};
 use serde_json::Value;
 
 /// A tuned job on 2 ranks searching at once (COMMTUNE_BUDGET=1) with the store `store`, every
@@ -100,6 +103,26 @@ fn second_run_is_predicted_and_confirmed(flavour: Flavour) {
         (&2.into(), &64.into())
     );
     assert_eq!(from["how"], "search");
+    // The summary and the page say it.
+    let output = second.stdout() + &second.stderr();
+    assert!(
+        output.contains("history predicted ring at") && output.contains("search calls saved"),
+        "{output}"
+    );
+    let page = dir.join("second.html");
+    let out = Command::new(cli())
+        .arg("report")
+        .arg(&second.report_path)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("history predicted ring at"),
+        "no prediction on the page"
+    );
     // The second run added what it confirmed.
     let loaded = commtune_history::load(&store);
     let hows: Vec<_> = loaded
