@@ -7,6 +7,7 @@ mod history;
 mod inject;
 mod launcher;
 mod library;
+mod map;
 mod simulate;
 
 use std::os::unix::process::CommandExt;
@@ -48,6 +49,9 @@ enum Cmd {
     Simulate(SimulateArgs),
     /// List what earlier jobs' searches decided (the history store, COMMTUNE_HISTORY)
     History(HistoryArgs),
+    /// Per operation the decision map of the history store and how well the history predicts
+    /// problems it has not seen (leave-one-out)
+    Map(MapArgs),
 }
 
 #[derive(Args)]
@@ -56,6 +60,27 @@ struct HistoryArgs {
     /// ~/.local/state/commtune/history)
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct MapArgs {
+    /// The store (default: as `history`)
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Only this operation (allreduce, alltoall, allgatherv)
+    #[arg(long)]
+    op: Option<String>,
+    /// The prediction windows to evaluate, comma-separated: percentages, or fractions below 1
+    #[arg(long, default_value = "5,10,20", value_name = "LIST")]
+    pmax: String,
+    /// The decision map's tolerance: a leaf's codelet stays within it of the best at every
+    /// problem of the leaf (percent, or a fraction below 1)
+    #[arg(long, default_value = "10", value_name = "PERCENT")]
+    tolerance: String,
+    /// Predict the problems of this later store (e.g. a second run's) from the store, instead of
+    /// leave-one-out
+    #[arg(long, value_name = "DIR")]
+    against: Option<PathBuf>,
 }
 
 const SIMULATE_ABOUT: &str = "Replay traced runs (COMMTUNE_TRACE) under a grid of tuner settings, \
@@ -211,6 +236,7 @@ fn main() -> ExitCode {
         Cmd::Codelets(args) => codelets(&args),
         Cmd::Simulate(args) => simulate(&args),
         Cmd::History(args) => list_history(args),
+        Cmd::Map(args) => show_map(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -367,6 +393,43 @@ fn list_history(args: HistoryArgs) -> Result<(), Failure> {
         eprintln!("{warning}");
     }
     emit(&history::text(&dir, &loaded))
+}
+
+/// Prints the maps and the prediction benchmark of the store.
+fn show_map(args: MapArgs) -> Result<(), Failure> {
+    let pmax = map::fractions(&args.pmax).map_err(|m| Failure::new(2, format!("--pmax: {m}")))?;
+    let tolerance = match map::fractions(&args.tolerance).as_deref() {
+        Ok([one]) => *one,
+        _ => {
+            return Err(Failure::new(
+                2,
+                "--tolerance: one window between 0 and 100 %",
+            ));
+        }
+    };
+    let dir = history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
+    let loaded = commtune_history::load(&dir);
+    if let Some(warning) = loaded.warning(&dir) {
+        eprintln!("{warning}");
+    }
+    let options = map::Options {
+        op: args.op,
+        pmax,
+        tolerance,
+    };
+    let later = args
+        .against
+        .as_ref()
+        .map(|dir| (dir, commtune_history::load(dir)));
+    if let Some((dir, loaded)) = &later
+        && let Some(warning) = loaded.warning(dir)
+    {
+        eprintln!("{warning}");
+    }
+    let later = later
+        .as_ref()
+        .map(|(dir, loaded)| map::Later { dir, loaded });
+    emit(&map::text(&dir, &loaded, later, &options))
 }
 
 fn report(args: &ReportArgs) -> Result<(), Failure> {

@@ -353,4 +353,6 @@ pub fn date(seconds: u64) -> String {
 }
 
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tests;

@@ -1,51 +1,5 @@
 use super::*;
-use crate::{Estimate, Platform};
-
-fn entry(op: &str, comm_size: u32, bytes: u64, times: &[(&str, f64)]) -> Entry {
-    Entry {
-        op: op.to_string(),
-        comm_size,
-        ranks_per_node: Some(comm_size),
-        size_class: String::new(),
-        bytes,
-        signature: String::new(),
-        facts: String::new(),
-        mpi: "Open MPI v4.1.4".to_string(),
-        platform: Platform {
-            host: "node#".to_string(),
-            cpu: "cpu".to_string(),
-            transport: "unknown".to_string(),
-        },
-        estimates: times
-            .iter()
-            .map(|&(codelet, us)| Estimate {
-                codelet: codelet.to_string(),
-                us,
-                error_us: 0.1,
-            })
-            .collect(),
-        winner: String::new(),
-        time: 0,
-        how: How::Search,
-    }
-}
-
-/// A latency-bound codelet (`small`) against a bandwidth-bound one (`large`): they cross at
-/// 40 000 bytes.
-fn crossover(comm_size: u32, bytes: u64) -> Entry {
-    let b = bytes as f64;
-    entry(
-        "allreduce",
-        comm_size,
-        bytes,
-        &[("small", 10.0 + b * 1e-3), ("large", 30.0 + b * 5e-4)],
-    )
-}
-
-/// Sizes 8 B to 4 MiB, one per power of two.
-fn powers() -> impl Iterator<Item = u64> {
-    (3..=22).map(|k| 1u64 << k)
-}
+use crate::testing::{Lcg, crossover, entry, powers};
 
 fn any(_: &str) -> bool {
     true
@@ -91,5 +45,393 @@ fn unseen_sizes_on_either_side_of_a_crossover_get_the_right_winner() {
             "{bytes} B: {} us, truly {truth}",
             p.us
         );
+    }
+}
+
+/// `crossover` at several communicator sizes, each time ±3 % noise, three jobs per problem.
+fn noisy_jobs() -> Vec<Entry> {
+    let mut noise = Lcg(7);
+    let mut entries = Vec::new();
+    for _job in 0..3 {
+        for comm_size in [2, 4, 8] {
+            for bytes in powers() {
+                let mut e = crossover(comm_size, bytes);
+                for estimate in &mut e.estimates {
+                    estimate.us *= 0.97 + 0.06 * noise.next();
+                }
+                entries.push(e);
+            }
+        }
+    }
+    entries
+}
+
+#[test]
+fn noise_and_several_communicator_sizes_keep_the_winner_away_from_the_crossover() {
+    let knowledge = Knowledge::new(&noisy_jobs(), 0.1);
+    for predictor in [Predictor::Closest, Predictor::Vote] {
+        // 16 ranks is beyond every problem's reach: the map answers.
+        let by = [2, 4, 8].map(|comm_size| (comm_size, predictor));
+        for (comm_size, by) in by.into_iter().chain([(16, Predictor::Map)]) {
+            for (bytes, winner) in [(300, "small"), (6000, "small"), (300_000, "large")] {
+                let p = knowledge
+                    .predict_with(&problem("allreduce", comm_size, bytes), &any, predictor)
+                    .expect("predicted");
+                let what = format!("{predictor:?} {comm_size} ranks {bytes} B");
+                assert_eq!(p.winner, winner, "{what}");
+                assert_eq!(p.predictor, by, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn duplicates_from_several_jobs_merge_into_the_median() {
+    let jobs = [
+        crossover_like(&[("a", 10.0), ("b", 12.0)]),
+        crossover_like(&[("a", 20.0), ("b", 11.0)]),
+        crossover_like(&[("a", 10.5), ("b", 11.5)]),
+    ];
+    let merged = merge(&jobs);
+    assert_eq!(merged.len(), 1);
+    assert_eq!(
+        merged[0].times,
+        [("a".to_string(), 10.5), ("b".to_string(), 11.5)]
+    );
+    assert_eq!(merged[0].best(), ("a", 10.5));
+    let knowledge = Knowledge::new(&jobs, 0.1);
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 1024), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.us), ("a", 10.5));
+    assert_eq!(p.from.len(), 1, "one merged problem: {p:?}");
+    // An even number of jobs: the mean of the middle two.
+    let merged = merge(&jobs[..2]);
+    assert_eq!(merged[0].time("a"), Some(15.0));
+}
+
+fn crossover_like(times: &[(&str, f64)]) -> Entry {
+    entry("alltoall", 4, 1024, times)
+}
+
+#[test]
+fn a_neighbour_that_did_not_measure_the_winner_neither_confirms_nor_refutes() {
+    // `a` wins everywhere but at 4 KiB, where only `b` was measured.
+    let entries: Vec<Entry> = (10..=15)
+        .map(|k| {
+            let bytes = 1u64 << k;
+            if k == 12 {
+                entry("allreduce", 4, bytes, &[("b", 30.0)])
+            } else {
+                entry("allreduce", 4, bytes, &[("a", 10.0), ("b", 30.0)])
+            }
+        })
+        .collect();
+    let knowledge = Knowledge::new(&entries, 0.1);
+    let op = &knowledge.operations["allreduce"];
+    let reach: Vec<f64> = op.points.iter().map(|p| p.reach).collect();
+    // 2 KiB reaches past 4 KiB to 16 KiB (MAX_REACH); 32 KiB only to 8 KiB: 4 KiB, at 3, does
+    // not confirm. 4 KiB's own winner `b` is refuted by its first neighbours.
+    assert_eq!(reach, [3.0, 3.0, 0.0, 3.0, 3.0, 2.0]);
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 5000), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.predictor), ("a", DEFAULT_PREDICTOR));
+    // Interpolated between 2 KiB and 8 KiB, where `a` was measured on both sides.
+    assert_eq!(p.us, 10.0);
+}
+
+#[test]
+fn reach_ends_before_the_first_neighbour_where_the_winner_is_too_slow() {
+    let entries: Vec<Entry> = powers().map(|b| crossover(4, b)).collect();
+    let knowledge = Knowledge::new(&entries, 0.1);
+    let op = &knowledge.operations["allreduce"];
+    let at = |bytes: u64| {
+        op.points
+            .iter()
+            .find(|p| p.measured.bytes == bytes)
+            .unwrap()
+    };
+    // 8 KiB: `small` (18.2 us) holds at 16 and 32 KiB and at 4 and 2 KiB, but at 64 KiB it is
+    // 20 % slower than `large`.
+    assert_eq!(at(8192).winner, "small");
+    assert_eq!(at(8192).reach, 2.0);
+    // 32 KiB: `small` by 8 %; at 64 KiB it is 20 % behind, one doubling away.
+    assert_eq!(at(32768).reach, 0.0);
+    // With a window of 25 % it holds there too.
+    let tolerant = Knowledge::new(&entries, 0.25);
+    assert!(tolerant.operations["allreduce"].points[12].reach >= 1.0);
+}
+
+#[test]
+fn inapplicable_winners_are_never_predicted() {
+    let entries: Vec<Entry> = powers().map(|b| crossover(4, b)).collect();
+    let knowledge = Knowledge::new(&entries, 0.1);
+    let not_small = |c: &str| c != "small";
+    // Every problem covering 1 KiB chose `small`: the map answers with its next codelet.
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1000), &not_small)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.predictor), ("large", Predictor::Map));
+    assert!(p.us > 30.0 && p.us < 31.0, "{p:?}");
+    let none = |_: &str| false;
+    assert_eq!(
+        knowledge.predict(&problem("allreduce", 4, 1000), &none),
+        None
+    );
+    assert_eq!(knowledge.predict(&problem("alltoall", 4, 1000), &any), None);
+}
+
+#[test]
+fn the_same_entries_in_any_order_give_the_same_answers_bit_for_bit() {
+    let entries = noisy_jobs();
+    let answers = |entries: &[Entry]| {
+        let knowledge = Knowledge::new(entries, 0.1);
+        let mut answers = Vec::new();
+        for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+            for comm_size in [2, 3, 4, 8, 64] {
+                for k in 0..60 {
+                    let bytes = (2f64.powf(2.0 + k as f64 * 0.37)) as u64;
+                    let p = knowledge.predict_with(
+                        &problem("allreduce", comm_size, bytes),
+                        &any,
+                        predictor,
+                    );
+                    answers.push(p.map(|p| (p.winner, p.us.to_bits(), p.predictor, p.from)));
+                }
+            }
+        }
+        answers
+    };
+    let first = answers(&entries);
+    assert!(first.iter().all(Option::is_some));
+    let mut shuffle = Lcg(11);
+    for _ in 0..3 {
+        let mut permuted = entries.clone();
+        for i in (1..permuted.len()).rev() {
+            let j = (shuffle.next() * (i + 1) as f64) as usize;
+            permuted.swap(i, j);
+        }
+        assert_eq!(answers(&permuted), first);
+    }
+}
+
+#[test]
+fn decisions_of_this_run_predict_the_sizes_between_them() {
+    let mut knowledge = Knowledge::new(&[], 0.1);
+    knowledge.add(entry("alltoall", 4, 1024, &[("a", 10.0), ("b", 20.0)]));
+    // One decision covers only itself (and the map is the history's, here empty).
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 1024), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.us), ("a", 10.0));
+    assert_eq!(knowledge.predict(&problem("alltoall", 4, 2048), &any), None);
+    knowledge.add(entry("alltoall", 4, 4096, &[("a", 40.0), ("b", 80.0)]));
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 2048), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.predictor), ("a", DEFAULT_PREDICTOR));
+    // Log-log between 10 us at 1 KiB and 40 us at 4 KiB.
+    assert!((p.us - 20.0).abs() < 1e-9, "{p:?}");
+    // Adding gives what building from the same entries gives.
+    let built = Knowledge::new(
+        &[
+            entry("alltoall", 4, 4096, &[("a", 40.0), ("b", 80.0)]),
+            entry("alltoall", 4, 1024, &[("a", 10.0), ("b", 20.0)]),
+        ],
+        0.1,
+    );
+    assert_eq!(built.predict(&problem("alltoall", 4, 2048), &any), Some(p));
+}
+
+#[test]
+fn vote_weighs_by_inverse_distance_and_closest_takes_the_nearest() {
+    // x at 2 KiB; y at 8 KiB and 16 KiB (with x's window of 10 % their reach does not hold,
+    // so the reaches are set by hand).
+    let entries = [
+        entry("allreduce", 4, 2048, &[("x", 10.0), ("y", 11.0)]),
+        entry("allreduce", 4, 8192, &[("x", 11.0), ("y", 10.0)]),
+        entry("allreduce", 4, 16384, &[("x", 11.0), ("y", 10.0)]),
+    ];
+    let mut knowledge = Knowledge::new(&entries, 0.01);
+    let op = knowledge.operations.get_mut("allreduce").unwrap();
+    for p in &mut op.points {
+        p.reach = 3.0;
+    }
+    op.update_max_reach();
+    // At 4 KiB: x at distance 1 (weight 1), y at 1 and 2 (weights 1 + 0.5).
+    let at = problem("allreduce", 4, 4096);
+    let closest = knowledge
+        .predict_with(&at, &any, Predictor::Closest)
+        .unwrap();
+    assert_eq!(
+        closest.winner, "x",
+        "the tie at distance 1 goes to the first problem"
+    );
+    let vote = knowledge.predict_with(&at, &any, Predictor::Vote).unwrap();
+    assert_eq!(vote.winner, "y");
+    let from: Vec<u64> = vote.from.iter().map(|s| s.bytes).collect();
+    assert_eq!(from, [8192, 16384]);
+}
+
+#[test]
+fn compatible_needs_the_same_library_and_platform() {
+    let e = crossover(4, 64);
+    assert!(compatible(&e, "Open MPI v4.1.4", &e.platform));
+    assert!(!compatible(&e, "MPICH 4.0", &e.platform));
+    let mut elsewhere = e.platform.clone();
+    elsewhere.transport = "OMPI_MCA_pml=ucx".to_string();
+    assert!(!compatible(&e, "Open MPI v4.1.4", &elsewhere));
+}
+
+/// 10^5 synthetic entries: three operations, eleven communicator sizes, random sizes.
+fn synthetic(n: usize) -> Vec<Entry> {
+    let mut random = Lcg(3);
+    let ops = ["allreduce", "alltoall", "allgatherv"];
+    let comm_sizes = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
+    (0..n)
+        .map(|i| {
+            let comm_size = comm_sizes[(random.next() * comm_sizes.len() as f64) as usize];
+            let bytes = 2f64.powf(3.0 + 19.0 * random.next()) as u64;
+            let (b, p) = (bytes as f64, f64::from(comm_size));
+            let mut noise = || 0.95 + 0.1 * random.next();
+            let times = [
+                ("native", (5.0 + b * 1e-3) * p.log2() * noise()),
+                ("ring", (20.0 * p + b * 2e-4 * p) * noise()),
+                (
+                    "recursive_doubling",
+                    (8.0 + b * 1e-3) * p.log2() * 0.9 * noise(),
+                ),
+                ("rabenseifner", (12.0 * p.log2() + b * 4e-4) * noise()),
+                ("linear", (3.0 * p + b * 1e-3 * p) * noise()),
+                ("binomial", (6.0 + b * 1.2e-3) * p.log2() * noise()),
+            ];
+            entry(ops[i % 3], comm_size, bytes, &times)
+        })
+        .collect()
+}
+
+/// The cost of the analysis on a large store: `cargo test --release -p commtune-history --
+/// --ignored --nocapture knowledge_timing`.
+#[test]
+#[ignore]
+fn knowledge_timing() {
+    use std::time::Instant;
+    let entries = synthetic(100_000);
+    let start = Instant::now();
+    let merged = merge(&entries);
+    println!("merge: {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    let start = Instant::now();
+    Map::new(&merged, 0.1);
+    println!("Map::new: {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    let start = Instant::now();
+    let mut knowledge = Knowledge::new(&entries, 0.1);
+    println!(
+        "Knowledge::new, 10^5 entries: {:.1} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    let mut random = Lcg(5);
+    let problems: Vec<(u32, u64)> = (0..1000)
+        .map(|_| {
+            (
+                (2 + (random.next() * 62.0) as u32),
+                2f64.powf(3.0 + 19.0 * random.next()) as u64,
+            )
+        })
+        .collect();
+    let start = Instant::now();
+    let mut by = BTreeMap::new();
+    for &(comm_size, bytes) in &problems {
+        let p = knowledge.predict(&problem("alltoall", comm_size, bytes), &any);
+        *by.entry(p.map(|p| p.predictor.name())).or_insert(0) += 1;
+    }
+    println!(
+        "predict: {:.1} us each over 1000 problems ({by:?})",
+        start.elapsed().as_secs_f64() * 1e6 / 1000.0
+    );
+    let start = Instant::now();
+    for &(comm_size, bytes) in problems.iter().take(100) {
+        knowledge.add(synthetic_one(comm_size, bytes));
+    }
+    println!(
+        "add: {:.2} ms each over 100 decisions",
+        start.elapsed().as_secs_f64() * 1e3 / 100.0
+    );
+}
+
+fn synthetic_one(comm_size: u32, bytes: u64) -> Entry {
+    let mut e = synthetic(1).pop().unwrap();
+    e.op = "alltoall".to_string();
+    e.comm_size = comm_size;
+    e.bytes = bytes;
+    e
+}
+
+#[test]
+fn knowledge_can_be_built_in_a_background_thread_and_shared() {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Knowledge>();
+}
+
+#[test]
+fn adding_decisions_one_by_one_analyses_as_building_from_all_of_them() {
+    // Sparse with duplicates, and dense enough that walks stop at NEIGHBOURS.
+    for (entries, op) in [(noisy_jobs(), "allreduce"), (synthetic(3000), "alltoall")] {
+        let (history, this_run) = entries.split_at(entries.len() / 2);
+        let mut added = Knowledge::new(history, 0.1);
+        // Every third twice: new problems and duplicates of known ones.
+        for entry in this_run.iter().step_by(3).chain(this_run.iter()) {
+            added.add(entry.clone());
+        }
+        let mut all = entries.clone();
+        all.extend(this_run.iter().step_by(3).cloned());
+        let built = Knowledge::new(&all, 0.1);
+        let analysis = |k: &Knowledge| -> Vec<(u32, u64, String, u64)> {
+            k.operations[op]
+                .points
+                .iter()
+                .map(|p| {
+                    let m = &p.measured;
+                    (m.comm_size, m.bytes, p.winner.clone(), p.reach.to_bits())
+                })
+                .collect()
+        };
+        assert_eq!(analysis(&added), analysis(&built), "{op}");
+    }
+}
+
+#[test]
+fn leave_one_out_predicts_as_knowledge_built_without_the_problem() {
+    let mut noise = Lcg(9);
+    // Noisy, with a codelet missing here and there and three communicator sizes.
+    let entries: Vec<Entry> = noisy_jobs()
+        .into_iter()
+        .map(|mut e| {
+            if noise.next() < 0.2 {
+                e.estimates.remove(0);
+            }
+            e
+        })
+        .collect();
+    let measured = merge(&entries);
+    for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+        let operation = Operation::new(measured.clone(), 0.1);
+        for (i, held) in measured.iter().enumerate() {
+            let problem = problem("allreduce", held.comm_size, held.bytes);
+            let applicable = |c: &str| held.time(c).is_some();
+            let others: Vec<Measured> = measured
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, m)| m.clone())
+                .collect();
+            let rebuilt = Knowledge::from_measured(others.clone(), 0.1);
+            let expected = rebuilt.predict_with(&problem, &applicable, predictor);
+            let all: Vec<&Measured> = others.iter().collect();
+            let map = || map::decide_once(&all, 0.1, held.comm_size, held.bytes, &applicable);
+            let view = View::without(&operation, i, 0.1);
+            let got = view.predict(&problem, &applicable, predictor, &map);
+            assert_eq!(got, expected, "{predictor:?} without {i}");
+        }
     }
 }

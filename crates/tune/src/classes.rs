@@ -30,7 +30,8 @@ pub fn class_name(bytes: u64) -> String {
     format!("{}-{}", human(low), human(high))
 }
 
-fn human(bytes: u64) -> String {
+/// `bytes` in the largest unit that divides it, e.g. `96 KiB`.
+pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes;
     let mut unit = 0;
