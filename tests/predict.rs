@@ -71,20 +71,21 @@ fn searched(site: &Value, winner: &str) {
 fn predicted(site: &Value, winner: &str) {
     let t = &site["tuning"];
     let p = &t["prediction"];
+    assert_eq!(p["winner"], winner, "{site:#}");
+    assert_eq!(p["outcome"], "confirmed", "{site:#}");
     assert_eq!(t["winner"], winner, "{site:#}");
     assert_eq!(t["phase"], "production", "{site:#}");
     assert_eq!(t["search_instances"], 0, "{site:#}");
-    assert_eq!(p["winner"], winner, "{site:#}");
-    assert_eq!(p["outcome"], "confirmed", "{site:#}");
     assert!(p["measured_us"].as_f64().unwrap() > 0.0, "{site:#}");
     assert!(p["saved_instances"].as_u64().unwrap() > 0, "{site:#}");
     assert!(!p["from"].as_array().unwrap().is_empty(), "{site:#}");
 }
 
-/// The winner's calls take a few microseconds, where a shared machine's noise reaches far
-/// beyond the default 10 %: the runs that must confirm allow 20 times the predicted time (the
-/// slowdown the safety net must catch is 20 ms, thousands of times).
-const LENIENT_PMAX: &str = "20";
+/// The winner's calls take a microsecond or two, where a shared machine's noise reaches far
+/// beyond the default 10 % (a rank descheduled while its peer busy-polls makes a call take a
+/// millisecond): the runs that must confirm allow 100 times the predicted time. The slowdown
+/// the safety net must catch is 20 ms, ten thousand times.
+const LENIENT_PMAX: &str = "100";
 
 fn second_run_is_predicted_and_confirmed(flavour: Flavour) {
     let dir = scratch(&format!("predict_second_{}", flavour.name()));
