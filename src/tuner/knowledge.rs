@@ -6,7 +6,7 @@
 //! every rank proposed the same (ARCHITECTURE.md, invariant 2).
 
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 
@@ -91,14 +91,12 @@ pub fn start(process: &'static Process) {
 /// Runs `with` on what this rank knows, once the store is read (None: no store).
 fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
     let mut state = lock(&KNOWLEDGE);
-    if let State::Reading(_) = &*state {
-        let State::Reading(reader) = std::mem::replace(&mut *state, State::None) else {
-            unreachable!("matched above");
-        };
-        // A reader that panicked (it aborts: panic=abort) cannot return; an error is no store.
-        if let Ok(knowledge) = reader.join() {
-            *state = State::Read(knowledge);
-        }
+    // A reader that failed leaves no store (panics abort: it cannot happen).
+    if matches!(*state, State::Reading(_))
+        && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
+        && let Ok(knowledge) = reader.join()
+    {
+        *state = State::Read(knowledge);
     }
     match &mut *state {
         State::Read(knowledge) => Some(with(knowledge)),
@@ -160,7 +158,7 @@ pub fn entry(
     history::Entry {
         op: op.to_string(),
         comm_size: comm_size(&description.facts).unwrap_or(0),
-        ranks_per_node: ranks_per_node(process),
+        ranks_per_node: ranks_per_node(),
         size_class: class_name(description.bytes_per_call),
         bytes: description.bytes_per_call,
         signature: description.signature.clone(),
@@ -184,7 +182,7 @@ fn comm_size(facts: &str) -> Option<u32> {
 }
 
 /// Ranks of MPI_COMM_WORLD on this host, as the launcher says (Open MPI's mpirun, Hydra).
-fn ranks_per_node(_process: &Process) -> Option<u32> {
+fn ranks_per_node() -> Option<u32> {
     ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
         .find_map(|name| std::env::var(name).ok()?.parse().ok())
@@ -193,14 +191,19 @@ fn ranks_per_node(_process: &Process) -> Option<u32> {
 /// This machine as the history records it: the writer and every reader call this, so that an
 /// entry matches exactly the jobs that would measure alike. It reads only this process's
 /// environment and files: no communication, and the same on every rank of a cluster's nodes.
-pub fn platform(process: &Process) -> Platform {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let one_host = ranks_per_node(process).map(|local| local == process.size);
-    Platform {
-        host: history::host_pattern(&runtime::host_name()),
-        cpu: history::cpu_model(&cpuinfo),
-        transport: transport(one_host),
-    }
+fn platform(process: &Process) -> Platform {
+    static PLATFORM: OnceLock<Platform> = OnceLock::new();
+    PLATFORM
+        .get_or_init(|| {
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let one_host = ranks_per_node().map(|local| local == process.size);
+            Platform {
+                host: history::host_pattern(&runtime::host_name()),
+                cpu: history::cpu_model(&cpuinfo),
+                transport: transport(one_host),
+            }
+        })
+        .clone()
 }
 
 /// Variables that choose the MPI libraries' network transport.
