@@ -2,6 +2,7 @@
 //! it writes. Links no MPI: it only inspects ELF files, edits command lines and reads JSON.
 
 mod catalogue;
+mod export;
 mod flavour;
 mod history;
 mod inject;
@@ -52,6 +53,8 @@ enum Cmd {
     /// Per operation the decision map of the history store and how well the history predicts
     /// problems it has not seen (leave-one-out)
     Map(MapArgs),
+    /// Write the store's decisions as Open MPI's or MPICH's own selection rules
+    Export(export::command::ExportArgs),
 }
 
 #[derive(Args)]
@@ -237,6 +240,7 @@ fn main() -> ExitCode {
         Cmd::Simulate(args) => simulate(&args),
         Cmd::History(args) => list_history(args),
         Cmd::Map(args) => show_map(args),
+        Cmd::Export(args) => export::command::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

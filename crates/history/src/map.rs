@@ -49,7 +49,7 @@ struct Sample {
 }
 
 /// A region of (log2 bytes, log2 communicator size), lower bounds inclusive.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 struct Area {
     x0: f64,
     x1: f64,
@@ -58,6 +58,20 @@ struct Area {
 }
 
 impl Area {
+    /// The root of a tree: whole powers of two around the problems' coordinates.
+    fn around(xs: &[f64], ys: &[f64]) -> Option<Area> {
+        let bounds = |values: &[f64]| {
+            let low = values.iter().copied().fold(f64::INFINITY, f64::min).floor();
+            let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (low, (high.floor() + 1.0).max(low + 1.0))
+        };
+        if xs.is_empty() {
+            return None;
+        }
+        let ((x0, x1), (y0, y1)) = (bounds(xs), bounds(ys));
+        Some(Area { x0, x1, y0, y1 })
+    }
+
     fn mid(&self) -> (f64, f64) {
         ((self.x0 + self.x1) / 2.0, (self.y0 + self.y1) / 2.0)
     }
@@ -88,6 +102,8 @@ impl Area {
 struct Node {
     /// The codelets measured in the region (indices in `Tree::codelets`), best first.
     ranking: Vec<usize>,
+    /// What the ranking was computed from.
+    tally: Tally,
     /// The four quarters of a node that split; None for a quarter without problems.
     children: Option<Box<[Option<Node>; 4]>>,
 }
@@ -189,6 +205,11 @@ impl Map {
 
 impl Tree {
     fn new(measured: &[&Measured], tolerance: f64) -> Option<Tree> {
+        Tree::with_samples(measured, tolerance).map(|(tree, _)| tree)
+    }
+
+    /// The tree and its samples, in the order of `measured`.
+    fn with_samples(measured: &[&Measured], tolerance: f64) -> Option<(Tree, Vec<Sample>)> {
         let codelets: Vec<String> = measured
             .iter()
             .flat_map(|m| m.times.iter().map(|(c, _)| c.as_str()))
@@ -204,27 +225,17 @@ impl Tree {
                 Sample { x, y, penalties }
             })
             .collect();
-        let bounds = |axis: fn(&Sample) -> f64| {
-            let low = samples
-                .iter()
-                .map(axis)
-                .fold(f64::INFINITY, f64::min)
-                .floor();
-            let high = samples.iter().map(axis).fold(f64::NEG_INFINITY, f64::max);
-            (low, (high.floor() + 1.0).max(low + 1.0))
-        };
-        if samples.is_empty() {
-            return None;
-        }
-        let ((x0, x1), (y0, y1)) = (bounds(|s| s.x), bounds(|s| s.y));
-        let area = Area { x0, x1, y0, y1 };
+        let xs: Vec<f64> = samples.iter().map(|s| s.x).collect();
+        let ys: Vec<f64> = samples.iter().map(|s| s.y).collect();
+        let area = Area::around(&xs, &ys)?;
         let all: Vec<&Sample> = samples.iter().collect();
         let root = Node::build(&all, area, 0, tolerance);
-        Some(Tree {
+        let tree = Tree {
             area,
             codelets,
             root,
-        })
+        };
+        Some((tree, samples))
     }
 
     fn decide(
@@ -235,6 +246,50 @@ impl Tree {
     ) -> Option<&str> {
         let (x, y) = coordinates(comm_size, bytes);
         self.decide_at(x, y, applicable)
+    }
+
+    /// What the tree built without `held` (one of its samples, whose removal leaves the root
+    /// as it is) decides for it: down its path, the nodes holding it ranked without it.
+    fn decide_without(
+        &self,
+        held: &Sample,
+        tolerance: f64,
+        applicable: &dyn Fn(&str) -> bool,
+    ) -> Option<&str> {
+        let mut rankings: Vec<Vec<usize>> = Vec::new();
+        let (mut node, mut area, mut depth, mut holds) = (&self.root, self.area, 0, true);
+        loop {
+            let leaf = if holds {
+                let tally = node.tally.without(held, tolerance);
+                let (ranking, fits) = tally.rank();
+                rankings.push(ranking);
+                fits || depth == MAX_DEPTH || tally.problems <= 1
+            } else {
+                rankings.push(node.ranking.clone());
+                false
+            };
+            let Some(children) = node.children.as_ref().filter(|_| !leaf) else {
+                break;
+            };
+            let q = area.quarter_of(held.x, held.y);
+            // The quarter that held only `held` is empty without it.
+            let (k, child) = [q, q ^ 2, q ^ 1, q ^ 3]
+                .into_iter()
+                .find_map(|k| {
+                    let child = children[k].as_ref()?;
+                    let emptied = holds && k == q && child.tally.problems == 1;
+                    (!emptied).then_some((k, child))
+                })
+                .expect("a node that split holds problems besides `held`");
+            holds &= k == q;
+            (node, area, depth) = (child, area.quarter(k), depth + 1);
+        }
+        rankings.iter().rev().find_map(|ranking| {
+            ranking
+                .iter()
+                .map(|&c| self.codelets[c].as_str())
+                .find(|c| applicable(c))
+        })
     }
 
     fn decide_at(&self, x: f64, y: f64, applicable: &dyn Fn(&str) -> bool) -> Option<&str> {
@@ -260,10 +315,12 @@ impl Tree {
 
 impl Node {
     fn build(points: &[&Sample], area: Area, depth: u32, tolerance: f64) -> Node {
-        let (ranking, fits) = rank(points, tolerance);
+        let tally = Tally::of(points, tolerance);
+        let (ranking, fits) = tally.rank();
         if fits || depth == MAX_DEPTH || points.len() <= 1 {
             return Node {
                 ranking,
+                tally,
                 children: None,
             };
         }
@@ -279,6 +336,7 @@ impl Node {
         }
         Node {
             ranking,
+            tally,
             children: Some(Box::new(children)),
         }
     }
@@ -314,39 +372,141 @@ impl Node {
     }
 }
 
-/// The codelets measured in a region, best first, and whether the first is within `tolerance`
-/// of the best at every problem of the region.
-fn rank(points: &[&Sample], tolerance: f64) -> (Vec<usize>, bool) {
-    let codelets = points.first().map_or(0, |p| p.penalties.len());
-    let mut scored: Vec<(bool, f64, usize)> = (0..codelets)
-        .filter(|&c| points.iter().any(|p| p.penalties[c].is_some()))
-        .map(|c| {
-            let (mut sum, mut fits) = (0.0, true);
-            for p in points {
-                let penalty = p.penalties[c];
-                fits &= penalty.is_some_and(|pen| pen <= tolerance);
-                sum += penalty.map_or(UNMEASURED, |pen| pen.min(UNMEASURED));
-            }
-            (!fits, sum / points.len() as f64, c)
-        })
-        .collect();
-    // Codelet indices follow the names: ties go to the first name.
-    scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let fits = scored.first().is_some_and(|s| !s.0);
-    (scored.into_iter().map(|s| s.2).collect(), fits)
+/// What a region's ranking is computed from, per codelet over the region's problems: the sum
+/// of the penalties as ranked (in units of 10^-9, so that sums are exact and a problem can be
+/// taken out again), how many problems measured it, and how many it fails (not measured, or
+/// beyond the tolerance).
+#[derive(Clone, Debug)]
+struct Tally {
+    problems: usize,
+    sums: Vec<u64>,
+    measured: Vec<usize>,
+    failures: Vec<usize>,
 }
 
-/// What the map of `problems` (one operation's) decides: for a leave-one-out, which builds one
-/// map per problem held out.
-pub(crate) fn decide_once(
-    problems: &[&Measured],
+impl Tally {
+    fn of(points: &[&Sample], tolerance: f64) -> Tally {
+        let codelets = points.first().map_or(0, |p| p.penalties.len());
+        let mut tally = Tally {
+            problems: 0,
+            sums: vec![0; codelets],
+            measured: vec![0; codelets],
+            failures: vec![0; codelets],
+        };
+        for p in points {
+            tally.problems += 1;
+            for (c, penalty) in p.penalties.iter().enumerate() {
+                let (sum, measured, fails) = Tally::counts(*penalty, tolerance);
+                tally.sums[c] += sum;
+                tally.measured[c] += measured;
+                tally.failures[c] += fails;
+            }
+        }
+        tally
+    }
+
+    /// One problem's part in a tally for one codelet.
+    fn counts(penalty: Option<f64>, tolerance: f64) -> (u64, usize, usize) {
+        let ranked = penalty.map_or(UNMEASURED, |p| p.min(UNMEASURED));
+        let fails = penalty.is_none_or(|p| p > tolerance);
+        (
+            (ranked * 1e9).round() as u64,
+            usize::from(penalty.is_some()),
+            usize::from(fails),
+        )
+    }
+
+    /// The tally without one of its problems.
+    fn without(&self, held: &Sample, tolerance: f64) -> Tally {
+        let mut tally = self.clone();
+        tally.problems -= 1;
+        for (c, penalty) in held.penalties.iter().enumerate() {
+            let (sum, measured, fails) = Tally::counts(*penalty, tolerance);
+            tally.sums[c] -= sum;
+            tally.measured[c] -= measured;
+            tally.failures[c] -= fails;
+        }
+        tally
+    }
+
+    /// The codelets measured in the region, best first (within the tolerance everywhere, then
+    /// by mean penalty, then by name), and whether the first is within the tolerance everywhere.
+    fn rank(&self) -> (Vec<usize>, bool) {
+        let mut ranking: Vec<usize> = (0..self.sums.len())
+            .filter(|&c| self.measured[c] > 0)
+            .collect();
+        // Every codelet's mean is over the same problems: compare the sums.
+        ranking.sort_by_key(|&c| (self.failures[c] > 0, self.sums[c], c));
+        let fits = ranking.first().is_some_and(|&c| self.failures[c] == 0);
+        (ranking, fits)
+    }
+}
+
+/// Decisions of the maps of one operation's problems, each without one of them, from one tree
+/// of them all: a tree without a problem differs only along that problem's path (unless its
+/// root changes, when it is built anew).
+pub(crate) struct LeaveOneOut<'a> {
+    measured: &'a [&'a Measured],
     tolerance: f64,
-    comm_size: u32,
-    bytes: u64,
-    applicable: &dyn Fn(&str) -> bool,
-) -> Option<String> {
-    let tree = Tree::new(problems, tolerance)?;
-    tree.decide(comm_size, bytes, applicable).map(String::from)
+    tree: Option<Tree>,
+    samples: Vec<Sample>,
+    /// The problems' coordinates, sorted: the root without one of them.
+    xs: Vec<f64>,
+    ys: Vec<f64>,
+}
+
+impl<'a> LeaveOneOut<'a> {
+    pub(crate) fn new(measured: &'a [&'a Measured], tolerance: f64) -> LeaveOneOut<'a> {
+        let (tree, samples) = Tree::with_samples(measured, tolerance).unzip();
+        let samples = samples.unwrap_or_default();
+        let sorted = |axis: fn(&Sample) -> f64| {
+            let mut values: Vec<f64> = samples.iter().map(axis).collect();
+            values.sort_by(f64::total_cmp);
+            values
+        };
+        let (xs, ys) = (sorted(|s| s.x), sorted(|s| s.y));
+        LeaveOneOut {
+            measured,
+            tolerance,
+            tree,
+            samples,
+            xs,
+            ys,
+        }
+    }
+
+    /// What the map without problem `i` decides for it.
+    pub(crate) fn decide(&self, i: usize, applicable: &dyn Fn(&str) -> bool) -> Option<String> {
+        let tree = self.tree.as_ref()?;
+        let held = &self.samples[i];
+        // The root without the problem: the extreme values of the others.
+        let others = |sorted: &[f64], v: f64| -> Vec<f64> {
+            let first = if sorted[0] == v { 1 } else { 0 };
+            let last = if sorted[sorted.len() - 1] == v {
+                sorted.len() - 2
+            } else {
+                sorted.len() - 1
+            };
+            vec![sorted[first], sorted[last]]
+        };
+        if self.samples.len() < 2 {
+            return None;
+        }
+        let area = Area::around(&others(&self.xs, held.x), &others(&self.ys, held.y));
+        if area != Some(tree.area) {
+            let rest: Vec<&Measured> = self.measured[..i]
+                .iter()
+                .chain(&self.measured[i + 1..])
+                .copied()
+                .collect();
+            let rebuilt = Tree::new(&rest, self.tolerance)?;
+            return rebuilt
+                .decide_at(held.x, held.y, applicable)
+                .map(String::from);
+        }
+        tree.decide_without(held, self.tolerance, applicable)
+            .map(String::from)
+    }
 }
 
 /// The leave-one-out penalty of the map of one operation's problems: each problem decided by
@@ -354,14 +514,10 @@ pub(crate) fn decide_once(
 /// that tried every applicable codelet, measured exactly the applicable ones).
 pub fn leave_one_out(measured: &[&Measured], tolerance: f64) -> Penalty {
     let mut penalties = Vec::with_capacity(measured.len());
-    let mut others: Vec<&Measured> = Vec::with_capacity(measured.len());
+    let maps = LeaveOneOut::new(measured, tolerance);
     for (i, held) in measured.iter().enumerate() {
-        others.clear();
-        others.extend(measured[..i].iter().chain(&measured[i + 1..]));
         let applicable = |c: &str| held.time(c).is_some();
-        if let Some(decided) =
-            decide_once(&others, tolerance, held.comm_size, held.bytes, &applicable)
-        {
+        if let Some(decided) = maps.decide(i, &applicable) {
             penalties.push(held.penalty(&decided).expect("applicable means measured"));
         }
     }
@@ -454,5 +610,54 @@ mod tests {
             .collect();
         let map = Map::new(&merge(&entries), 0.01);
         assert_eq!(map.depth("allgatherv").unwrap().max, MAX_DEPTH);
+    }
+}
+
+#[cfg(test)]
+mod leave_one_out_tests {
+    use super::*;
+    use crate::predict::merge;
+    use crate::testing::{Lcg, entry};
+
+    #[test]
+    fn each_map_without_a_problem_decides_as_one_built_without_it() {
+        let mut noise = Lcg(4);
+        let codelets = ["a", "b", "c", "d"];
+        let entries: Vec<_> = (0..300)
+            .map(|_| {
+                let comm_size = [2, 3, 4, 8, 16][(noise.next() * 5.0) as usize];
+                let bytes = 2f64.powf(3.0 + 19.0 * noise.next()) as u64;
+                let mut times: Vec<(&str, f64)> = Vec::new();
+                for c in codelets {
+                    if noise.next() > 0.15 {
+                        times.push((c, 1.0 + noise.next()));
+                    }
+                }
+                entry("alltoall", comm_size, bytes, &times)
+            })
+            .collect();
+        // Alone at their edge of the box: without them the root shrinks.
+        let lone = [
+            entry("alltoall", 64, 1 << 30, &[("a", 2.0), ("b", 1.0)]),
+            entry("alltoall", 2, 1, &[("c", 1.0), ("d", 2.0)]),
+        ];
+        let measured = merge(&[&entries[..], &lone[..]].concat());
+        let all: Vec<&Measured> = measured.iter().collect();
+        for tolerance in [0.02, 0.1, 0.3] {
+            let maps = LeaveOneOut::new(&all, tolerance);
+            for (i, held) in all.iter().enumerate() {
+                let applicable = |c: &str| held.time(c).is_some() && c != "d";
+                let rest: Vec<&Measured> = all[..i].iter().chain(&all[i + 1..]).copied().collect();
+                let rebuilt = Tree::new(&rest, tolerance).and_then(|t| {
+                    t.decide(held.comm_size, held.bytes, &applicable)
+                        .map(String::from)
+                });
+                assert_eq!(
+                    maps.decide(i, &applicable),
+                    rebuilt,
+                    "{tolerance} without {i}"
+                );
+            }
+        }
     }
 }

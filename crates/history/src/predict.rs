@@ -772,6 +772,7 @@ pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> 
         problems.sort_by_key(|m| (m.comm_size, m.bytes));
         let operation = Operation::new(problems, pmax);
         let all: Vec<&Measured> = operation.points.iter().map(|p| &p.measured).collect();
+        let maps = map::LeaveOneOut::new(&all, pmax);
         for (i, held) in all.iter().enumerate() {
             let problem = Problem {
                 op,
@@ -779,12 +780,7 @@ pub fn leave_one_out(measured: &[Measured], pmax: f64, predictor: Predictor) -> 
                 bytes: held.bytes,
             };
             let applicable = |c: &str| held.time(c).is_some();
-            // Built only when nothing covers the problem.
-            let map = || {
-                let others: Vec<&Measured> =
-                    all[..i].iter().chain(&all[i + 1..]).copied().collect();
-                map::decide_once(&others, pmax, held.comm_size, held.bytes, &applicable)
-            };
+            let map = || maps.decide(i, &applicable);
             let view = View::without(&operation, i, pmax);
             let predicted = view.predict(&problem, &applicable, predictor, &map);
             evaluation.score(held, predicted, pmax);

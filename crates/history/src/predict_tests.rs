@@ -427,8 +427,12 @@ fn leave_one_out_predicts_as_knowledge_built_without_the_problem() {
                 .collect();
             let rebuilt = Knowledge::from_measured(others.clone(), 0.1);
             let expected = rebuilt.predict_with(&problem, &applicable, predictor);
-            let all: Vec<&Measured> = others.iter().collect();
-            let map = || map::decide_once(&all, 0.1, held.comm_size, held.bytes, &applicable);
+            let rebuilt_map = Map::new(&others, 0.1);
+            let map = || {
+                let decided =
+                    rebuilt_map.decide("allreduce", held.comm_size, held.bytes, &applicable);
+                decided.map(String::from)
+            };
             let view = View::without(&operation, i, 0.1);
             let got = view.predict(&problem, &applicable, predictor, &map);
             assert_eq!(got, expected, "{predictor:?} without {i}");

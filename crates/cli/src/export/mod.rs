@@ -1,0 +1,181 @@
+//! `commtune export`: the history store's decisions as an MPI library's own selection rules
+//! (Open MPI's `coll_tuned` dynamic rules file, MPICH's collective selection JSON file), so that
+//! a job gets them without the preload library. This file owns what both formats share, with
+//! no MPI and no I/O: which entries count, the winner per measured size, and the size ranges;
+//! `openmpi` and `mpich` make the files' text (pure too), `command` reads and writes.
+
+pub mod command;
+pub mod mpich;
+pub mod openmpi;
+
+use std::collections::BTreeMap;
+
+use commtune_history::Entry;
+
+use crate::flavour::Flavour;
+
+/// The operations an export covers, as the store names them.
+pub const OPERATIONS: [&str; 3] = ["allreduce", "alltoall", "allgatherv"];
+
+/// One operation at one communicator size: its winners over message sizes.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Table {
+    pub op: String,
+    pub comm_size: u32,
+    /// Ascending `from`; the first starts at 0 and the last runs to any size.
+    pub ranges: Vec<Range>,
+}
+
+/// Calls of at least `from` bytes (commtune's bytes per call: the whole vector of an allreduce,
+/// everything a rank receives in an alltoall or allgatherv), up to the next range, run `winner`.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Range {
+    pub from: u64,
+    pub winner: String,
+    /// The measured sizes that decided this range.
+    pub measured: Vec<u64>,
+}
+
+/// What the store held for one MPI library.
+#[derive(Debug, Default)]
+pub struct Selection {
+    pub tables: Vec<Table>,
+    /// Entries of the other MPI library (or of none), left out.
+    pub other_mpi: usize,
+    /// Entries of this library left out by `--comm-size`, of an unknown communicator size, or
+    /// of an operation not exported.
+    pub filtered: usize,
+}
+
+/// Whether an entry's `mpi` string (the first line of MPI_Get_library_version, shortened:
+/// `Open MPI v4.1.4`, `MPICH Version: 4.0.2`) names `flavour`.
+pub fn measured_with(mpi: &str, flavour: Flavour) -> bool {
+    match flavour {
+        Flavour::OpenMpi => mpi.starts_with("Open MPI"),
+        Flavour::Mpich => mpi.starts_with("MPICH"),
+    }
+}
+
+/// The decisions of `flavour`'s entries, per (operation, communicator size) in that order;
+/// `comm_sizes` empty: every size.
+pub fn select(entries: &[Entry], flavour: Flavour, comm_sizes: &[u32]) -> Selection {
+    let mut selection = Selection::default();
+    let mut groups: BTreeMap<(&str, u32), BTreeMap<u64, Vec<&Entry>>> = BTreeMap::new();
+    for entry in entries {
+        if !measured_with(&entry.mpi, flavour) {
+            selection.other_mpi += 1;
+        } else if !OPERATIONS.contains(&entry.op.as_str())
+            // 0: the library could not tell the size; no rule can name it.
+            || entry.comm_size == 0
+            || !(comm_sizes.is_empty() || comm_sizes.contains(&entry.comm_size))
+        {
+            selection.filtered += 1;
+        } else {
+            groups
+                .entry((entry.op.as_str(), entry.comm_size))
+                .or_default()
+                .entry(entry.bytes)
+                .or_default()
+                .push(entry);
+        }
+    }
+    selection.tables = groups
+        .into_iter()
+        .map(|((op, comm_size), sizes)| {
+            let winners: Vec<(u64, String)> = sizes
+                .into_iter()
+                .map(|(bytes, entries)| (bytes, winner(&entries)))
+                .collect();
+            Table {
+                op: op.to_string(),
+                comm_size,
+                ranges: ranges(&winners),
+            }
+        })
+        .collect();
+    selection
+}
+
+/// The winner at one size: the entries' own when they agree (a search's decision weighs more
+/// than its estimates: a codelet must beat native clearly to win); when jobs disagree, the
+/// codelet with the lowest median estimate over the entries that measured it.
+fn winner(entries: &[&Entry]) -> String {
+    let first = &entries[0].winner;
+    if entries.iter().all(|e| &e.winner == first) {
+        return first.clone();
+    }
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for entry in entries {
+        for estimate in &entry.estimates {
+            times
+                .entry(estimate.codelet.as_str())
+                .or_default()
+                .push(estimate.us);
+        }
+    }
+    times
+        .into_iter()
+        .map(|(codelet, mut us)| (median(&mut us), codelet))
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)))
+        .map_or_else(|| first.clone(), |(_, codelet)| codelet.to_string())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Ranges from winners at ascending measured sizes: each size rules up to the geometric
+/// midpoint between it and the next (costs grow with log size, so the midpoint in log size is
+/// the fair border); neighbours with the same winner merge.
+fn ranges(winners: &[(u64, String)]) -> Vec<Range> {
+    let mut ranges: Vec<Range> = Vec::new();
+    for (i, (bytes, winner)) in winners.iter().enumerate() {
+        let from = match i {
+            0 => 0,
+            _ => geometric_midpoint(winners[i - 1].0, *bytes),
+        };
+        match ranges.last_mut() {
+            Some(last) if &last.winner == winner => last.measured.push(*bytes),
+            _ => ranges.push(Range {
+                from,
+                winner: winner.clone(),
+                measured: vec![*bytes],
+            }),
+        }
+    }
+    ranges
+}
+
+/// The first size past the geometric mean of `a < b`: `a` rules below it, `b` from it.
+fn geometric_midpoint(a: u64, b: u64) -> u64 {
+    let mean = ((a as f64) * (b as f64)).sqrt().ceil() as u64;
+    mean.clamp(a + 1, b)
+}
+
+/// A decision a rules file cannot carry: the range is left to the library's own choice.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Unmapped {
+    pub op: String,
+    pub comm_size: u32,
+    pub from: u64,
+    pub winner: String,
+}
+
+impl Unmapped {
+    /// The line for stderr and, after `# `, the rules file.
+    pub fn line(&self, library: &str) -> String {
+        format!(
+            "{} on {} ranks from {} bytes: {} has no {library} counterpart; left to {library}'s own choice",
+            self.op, self.comm_size, self.from, self.winner
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+use super::*;
+use commtune_history::{Estimate, How, Platform};
+
+fn entry(mpi: &str, op: &str, comm_size: u32, bytes: u64, estimates: &[(&str, f64)]) -> Entry {
+    let estimates: Vec<Estimate> = estimates
+        .iter()
+        .map(|(codelet, us)| Estimate {
+            codelet: codelet.to_string(),
+            us: *us,
+            error_us: 0.1,
+        })
+        .collect();
+    let winner = estimates
+        .iter()
+        .min_by(|a, b| a.us.total_cmp(&b.us))
+        .map(|e| e.codelet.clone())
+        .unwrap_or_default();
+    Entry {
+        op: op.into(),
+        comm_size,
+        ranks_per_node: None,
+        size_class: String::new(),
+        bytes,
+        signature: String::new(),
+        facts: format!("size={comm_size}"),
+        mpi: mpi.into(),
+        platform: Platform {
+            host: "node#".into(),
+            cpu: "cpu".into(),
+            transport: "shared memory".into(),
+        },
+        estimates,
+        winner,
+        time: 0,
+        how: How::Search,
+    }
+}
+
+const OMPI: &str = "Open MPI v4.1.4";
+const MPICH: &str = "MPICH Version: 4.0.2";
+
+#[test]
+fn groups_by_operation_and_size_and_splits_at_geometric_midpoints() {
+    let entries = vec![
+        entry(
+            OMPI,
+            "allreduce",
+            4,
+            1 << 20,
+            &[("native", 9.0), ("ring", 5.0)],
+        ),
+        entry(OMPI, "allreduce", 4, 8, &[("native", 2.0), ("ring", 5.0)]),
+        entry(OMPI, "allreduce", 4, 64, &[("native", 3.0), ("ring", 5.0)]),
+        entry(OMPI, "allreduce", 2, 8, &[("native", 3.0), ("linear", 1.0)]),
+        entry(MPICH, "allreduce", 4, 8, &[("native", 3.0), ("ring", 1.0)]),
+    ];
+    let selection = select(&entries, Flavour::OpenMpi, &[]);
+    assert_eq!(selection.other_mpi, 1);
+    assert_eq!(selection.filtered, 0);
+    let shape: Vec<String> = selection
+        .tables
+        .iter()
+        .map(|t| {
+            let ranges: Vec<String> = t
+                .ranges
+                .iter()
+                .map(|r| format!("{} {} {:?}", r.from, r.winner, r.measured))
+                .collect();
+            format!("{} {}: {}", t.op, t.comm_size, ranges.join(", "))
+        })
+        .collect();
+    // sqrt(64 * 2^20) = 8192: the first size ruled by the 1 MiB decision.
+    assert_eq!(
+        shape,
+        [
+            "allreduce 2: 0 linear [8]",
+            "allreduce 4: 0 native [8, 64], 8192 ring [1048576]"
+        ]
+    );
+}
+
+#[test]
+fn disagreeing_jobs_take_the_best_median_estimate() {
+    let entries = vec![
+        entry(
+            OMPI,
+            "alltoall",
+            4,
+            512,
+            &[("native", 10.0), ("bruck", 9.0), ("pairwise", 30.0)],
+        ),
+        entry(
+            OMPI,
+            "alltoall",
+            4,
+            512,
+            &[("native", 10.0), ("bruck", 12.0), ("pairwise", 8.0)],
+        ),
+        entry(
+            OMPI,
+            "alltoall",
+            4,
+            512,
+            &[("native", 10.0), ("bruck", 11.0), ("pairwise", 31.0)],
+        ),
+    ];
+    let selection = select(&entries, Flavour::OpenMpi, &[]);
+    // Medians: native 10, bruck 11, pairwise 30.
+    assert_eq!(selection.tables[0].ranges[0].winner, "native");
+}
+
+#[test]
+fn agreeing_jobs_keep_their_winner() {
+    let mut one = entry(
+        OMPI,
+        "alltoall",
+        4,
+        512,
+        &[("native", 10.0), ("bruck", 9.9)],
+    );
+    // The search kept native: bruck did not beat it by enough.
+    one.winner = "native".into();
+    let selection = select(&[one.clone(), one], Flavour::OpenMpi, &[]);
+    assert_eq!(selection.tables[0].ranges[0].winner, "native");
+}
+
+#[test]
+fn comm_size_filter_and_flavours() {
+    let entries = vec![
+        entry(MPICH, "allgatherv", 2, 64, &[("native", 1.0)]),
+        entry(MPICH, "allgatherv", 4, 64, &[("native", 1.0)]),
+        entry(MPICH, "halo", 4, 64, &[("native", 1.0)]),
+        entry(MPICH, "allgatherv", 0, 64, &[("native", 1.0)]),
+    ];
+    let selection = select(&entries, Flavour::Mpich, &[]);
+    assert_eq!(selection.filtered, 2, "halo and size 0");
+    let selection = select(&entries, Flavour::Mpich, &[4]);
+    assert_eq!(selection.filtered, 3);
+    assert_eq!(selection.tables.len(), 1);
+    assert_eq!(selection.tables[0].comm_size, 4);
+    assert!(measured_with("Open MPI v5.0.3", Flavour::OpenMpi));
+    assert!(!measured_with("MPICH Version: 4.0.2", Flavour::OpenMpi));
+}
+
+#[test]
+fn midpoints_stay_between_their_sizes() {
+    assert_eq!(geometric_midpoint(1, 2), 2);
+    assert_eq!(geometric_midpoint(8, 32), 16);
+    assert_eq!(geometric_midpoint(100, 101), 101);
+}

@@ -1,0 +1,345 @@
+//! `commtune export` with real MPI jobs: a history store of decisions becomes Open MPI's
+//! coll_tuned rules file or MPICH's selection file, and a job run with that file alone (no
+//! preload library) runs the exported algorithms. What a job sends tells the algorithm without
+//! timing it: per peer, the messages and bytes rank 0 sent (Open MPI's pml monitoring
+//! component), or how many messages each rank handed to UCX (MPICH, counted by
+//! tests/programs/count_sends.c). With the file, that equals the job with the algorithm forced
+//! by the MPI library's own variable, and differs from the job left to its default.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{Flavour, Mpich, OpenMpi, Run, cli, compile, run, scratch};
+use commtune_history::{Entry, Estimate, How, Platform};
+
+const RANKS: usize = 4;
+/// Elements per call of export_probe: 64 doubles (allreduce, 512 bytes) or 64 ints per block
+/// (alltoall and allgatherv: 1024 bytes received on 4 ranks).
+const COUNT: &str = "64";
+
+/// One exported decision and the MPI library's own variable that forces the same algorithm.
+struct Case {
+    op: &'static str,
+    bytes: u64,
+    winner: &'static str,
+    forced: [(&'static str, &'static str); 2],
+}
+
+/// Each algorithm differs from the library's default for its call on 4 ranks (checked below).
+fn cases(flavour: Flavour) -> Vec<Case> {
+    let case = |op, bytes, winner, forced| Case {
+        op,
+        bytes,
+        winner,
+        forced,
+    };
+    match flavour {
+        OpenMpi => {
+            let dynamic = ("OMPI_MCA_coll_tuned_use_dynamic_rules", "1");
+            vec![
+                case(
+                    "allreduce",
+                    512,
+                    "ring",
+                    [dynamic, ("OMPI_MCA_coll_tuned_allreduce_algorithm", "4")],
+                ),
+                case(
+                    "alltoall",
+                    1024,
+                    "bruck",
+                    [dynamic, ("OMPI_MCA_coll_tuned_alltoall_algorithm", "3")],
+                ),
+                case(
+                    "allgatherv",
+                    1024,
+                    "ring",
+                    [dynamic, ("OMPI_MCA_coll_tuned_allgatherv_algorithm", "3")],
+                ),
+            ]
+        }
+        Mpich => {
+            // A forced algorithm MPICH cannot apply then fails the job instead of running the
+            // default unnoticed.
+            let loud = ("MPIR_CVAR_COLLECTIVE_FALLBACK", "error");
+            vec![
+                case(
+                    "allreduce",
+                    512,
+                    "recursive_doubling",
+                    [
+                        loud,
+                        ("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "recursive_doubling"),
+                    ],
+                ),
+                case(
+                    "alltoall",
+                    1024,
+                    "bruck",
+                    [loud, ("MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM", "brucks")],
+                ),
+                case(
+                    "allgatherv",
+                    1024,
+                    "ring",
+                    [loud, ("MPIR_CVAR_ALLGATHERV_INTRA_ALGORITHM", "ring")],
+                ),
+            ]
+        }
+    }
+}
+
+/// The MPI library's version as the preload library records it (the report's `mpi`, the same
+/// string as a history entry's), from a short profiled job.
+fn library_version(flavour: Flavour, exe: &Path, dir: &Path) -> String {
+    let job = run(flavour, 2, exe, dir).args(&["alltoall", "4"]).go();
+    job.assert_success();
+    job.report()["mpi"]
+        .as_str()
+        .expect("the report names the MPI library")
+        .to_string()
+}
+
+fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
+    Entry {
+        op: op.into(),
+        comm_size: RANKS as u32,
+        ranks_per_node: Some(RANKS as u32),
+        size_class: String::new(),
+        bytes,
+        signature: String::new(),
+        facts: format!("size={RANKS} commutative=true"),
+        mpi: mpi.into(),
+        platform: Platform {
+            host: "node#".into(),
+            cpu: "unknown".into(),
+            transport: "shared memory".into(),
+        },
+        estimates: vec![
+            Estimate {
+                codelet: "native".into(),
+                us: 100.0,
+                error_us: 1.0,
+            },
+            Estimate {
+                codelet: winner.into(),
+                us: 50.0,
+                error_us: 1.0,
+            },
+        ],
+        winner: winner.into(),
+        time: 0,
+        how: How::Search,
+    }
+}
+
+/// A store with `cases`' decisions, a small alltoall whose winner has no counterpart anywhere,
+/// a small native allreduce, and one entry of another MPI library.
+fn store(dir: &Path, mpi: &str, cases: &[Case]) -> PathBuf {
+    let store = dir.join("store");
+    let mut entries: Vec<Entry> = cases
+        .iter()
+        .map(|c| entry(mpi, c.op, c.bytes, c.winner))
+        .collect();
+    entries.push(entry(mpi, "alltoall", 64, "pairwise_excl"));
+    entries.push(entry(mpi, "allreduce", 8, "native"));
+    entries.push(entry("Another MPI 1.0", "allreduce", 512, "ring"));
+    commtune_history::write(&store, "job.jsonl", &entries).expect("write the store");
+    store
+}
+
+fn export(format: &str, store: &Path, output: &Path) -> Output {
+    Command::new(cli())
+        .args(["export", "--format", format, "--dir"])
+        .arg(store)
+        .arg("--output")
+        .arg(output)
+        .output()
+        .expect("run commtune export")
+}
+
+/// What the job sent, without the preload library: sorted lines, the same for the same
+/// algorithms. `env`: the MPI library's variables for this run.
+fn sent(flavour: Flavour, exe: &Path, dir: &Path, op: &str, env: &[(&str, &str)]) -> String {
+    sent_on(RANKS, flavour, exe, dir, op, env)
+}
+
+fn sent_on(
+    ranks: usize,
+    flavour: Flavour,
+    exe: &Path,
+    dir: &Path,
+    op: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let mut job: Run = run(flavour, ranks, exe, dir).native().args(&[op, COUNT]);
+    job = match flavour {
+        OpenMpi => job
+            .env("OMPI_MCA_pml_monitoring_enable", "2")
+            .env("OMPI_MCA_pml_monitoring_enable_output", "1"),
+        Mpich => job
+            .env("LD_PRELOAD", &dir.join("count_sends.so").to_string_lossy())
+            .env("MPIR_CVAR_NOLOCAL", "1"),
+    };
+    for (name, value) in env {
+        job = job.env(name, value);
+    }
+    let job = job.go();
+    job.assert_success();
+    let text = format!("{}{}", job.stdout(), job.stderr());
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") || l.starts_with("user op:")),
+        "{text}"
+    );
+    // Open MPI: "I|E <rank> <peer> <n> bytes <n> msgs sent <histogram>"; rank 0's sends.
+    // MPICH: "sends: <per rank>". Allreduce: also each rank's results, whose rounding and
+    // operand order differ between some algorithms.
+    let observed = ["I\t0\t", "E\t0\t", "sends:", "user op:", "sum:"];
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| observed.iter().any(|o| l.starts_with(o)))
+        .map(|l| l.split('\t').take(5).collect::<Vec<_>>().join(" "))
+        .collect();
+    lines.sort();
+    assert!(!lines.is_empty(), "nothing counted:\n{text}");
+    lines.join("\n")
+}
+
+fn exported_rules_change_the_choice(flavour: Flavour) {
+    let name = flavour.name();
+    let dir = scratch(&format!("export_{name}"));
+    let exe = compile(flavour, "export_probe.c", &dir);
+    if flavour == Mpich {
+        let out = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(dir.join("count_sends.so"))
+            .arg(common::root().join("tests/programs/count_sends.c"))
+            .arg("-ldl")
+            .output()
+            .expect("run cc");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mpi = library_version(flavour, &exe, &dir);
+    let cases = cases(flavour);
+    let store = store(&dir, &mpi, &cases);
+    let file = dir.join(match flavour {
+        OpenMpi => "rules.txt",
+        Mpich => "selection.json",
+    });
+    let out = export(name, &store, &file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let library = match flavour {
+        OpenMpi => "Open MPI",
+        Mpich => "MPICH",
+    };
+    let unmapped = format!(
+        "alltoall on 4 ranks from 0 bytes: pairwise_excl has no {library} counterpart; left to {library}'s own choice"
+    );
+    assert!(
+        stderr.contains(&format!("commtune: export: {unmapped}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skipped 1 entries measured with another MPI library"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&file).expect("the exported file");
+    let shown = file.display().to_string();
+    let using: Vec<(&str, &str)> = match flavour {
+        OpenMpi => {
+            assert!(text.contains(&format!("# {unmapped}")), "{text}");
+            assert!(
+                stdout.contains(&format!(
+                    "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename {shown}"
+                )),
+                "{stdout}"
+            );
+            vec![
+                ("OMPI_MCA_coll_tuned_use_dynamic_rules", "1"),
+                ("OMPI_MCA_coll_tuned_dynamic_rules_filename", &shown),
+            ]
+        }
+        Mpich => {
+            assert!(
+                stdout.contains(&format!(
+                    "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE {shown}"
+                )),
+                "{stdout}"
+            );
+            vec![("MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE", &shown)]
+        }
+    };
+    for case in &cases {
+        let default = sent(flavour, &exe, &dir, case.op, &[]);
+        let forced = sent(flavour, &exe, &dir, case.op, &case.forced);
+        let exported = sent(flavour, &exe, &dir, case.op, &using);
+        assert_ne!(
+            forced, default,
+            "{} {}: forcing {} sends what the default does; the case proves nothing",
+            name, case.op, case.winner
+        );
+        assert_eq!(
+            exported, forced,
+            "{} {}: the exported file did not run {}\n{text}",
+            name, case.op, case.winner
+        );
+    }
+    // The store measured 4 ranks only: 2 ranks keep the library's own choice.
+    let op = cases[0].op;
+    assert_eq!(
+        sent_on(2, flavour, &exe, &dir, op, &using),
+        sent_on(2, flavour, &exe, &dir, op, &[]),
+        "{name} {op}: the 4-rank decisions reached a 2-rank job\n{text}"
+    );
+}
+
+#[test]
+fn openmpi_runs_the_exported_algorithms() {
+    exported_rules_change_the_choice(OpenMpi);
+}
+
+#[test]
+fn mpich_runs_the_exported_algorithms() {
+    exported_rules_change_the_choice(Mpich);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = scratch("export_bad_input");
+    let output = dir.join("out");
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+
+    let out = export("lam", &empty, &output);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'lam'"));
+
+    let out = export("openmpi", &empty, &output);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no entries"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let other = dir.join("other");
+    commtune_history::write(
+        &other,
+        "job.jsonl",
+        &[entry("MPICH Version: 4.0.2", "allreduce", 8, "native")],
+    )
+    .unwrap();
+    let out = export("openmpi", &other, &output);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing to export"), "{stderr}");
+    assert!(!output.exists(), "no file for nothing");
+}
