@@ -81,11 +81,11 @@ fn predicted(site: &Value, winner: &str) {
     assert!(!p["from"].as_array().unwrap().is_empty(), "{site:#}");
 }
 
-/// The winner's calls take a microsecond or two, where a shared machine's noise reaches far
-/// beyond the default 10 % (a rank descheduled while its peer busy-polls makes a call take a
-/// millisecond): the runs that must confirm allow 100 times the predicted time. The slowdown
-/// the safety net must catch is 20 ms, ten thousand times.
-const LENIENT_PMAX: &str = "100";
+/// The winner's calls take a few microseconds, where a shared machine's noise reaches far
+/// beyond the default 10 %: with MPICH busy-polling on an overloaded machine, a window's median
+/// call reached 8 ms (a rank descheduled at every call). The runs that must confirm allow 1000
+/// times the predicted time; what the safety net catches is tested with the default.
+const LENIENT_PMAX: &str = "1000";
 
 fn second_run_is_predicted_and_confirmed(flavour: Flavour) {
     let dir = scratch(&format!("predict_second_{}", flavour.name()));

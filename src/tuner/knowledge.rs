@@ -5,7 +5,7 @@
 //! from them. A prediction is only this rank's proposal: `consensus::checkpoint` uses it when
 //! every rank proposed the same (ARCHITECTURE.md, invariant 2).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
@@ -34,63 +34,76 @@ pub fn store(config: &Config) -> Option<PathBuf> {
 }
 
 enum State {
-    /// No store (COMMTUNE_HISTORY=off, not tuning) or MPI_Init not seen.
+    /// MPI_Init not seen (yet: programs whose MPI_Init the library does not see, such as
+    /// Fortran mpi_f08 under MPICH, read the store at their first prediction instead).
+    NotStarted,
+    /// No store (COMMTUNE_HISTORY=off, not tuning), or it could not be read.
     None,
     Reading(JoinHandle<Knowledge>),
     Read(Knowledge),
 }
 
-static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::None));
+static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
 
 /// At MPI_Init: starts reading the store in the background. MPI_Init returns at once; the first
 /// checkpoint that finds a call ready waits for the rest of the read (it is local: it cannot
 /// deadlock). Not waiting there would starve the reader on a machine whose cores the ranks'
 /// busy polling fills, and a short run would then never be predicted.
 pub fn start(process: &'static Process) {
-    let config = runtime::config();
-    let Some(dir) = store(config) else {
+    let mut state = lock(&KNOWLEDGE);
+    *state = State::None;
+    let Some(dir) = store(runtime::config()) else {
         return;
     };
-    let (pmax, verbose) = (config.pmax, config.verbose);
     let reader = std::thread::Builder::new()
         .name("commtune-history".into())
-        .spawn(move || {
-            let start = Instant::now();
-            let loaded = history::load(&dir);
-            if process.rank == 0
-                && let Some(warning) = loaded.warning(&dir)
-            {
-                say!("{warning}");
-            }
-            let read = start.elapsed();
-            let platform = platform(process);
-            let all = loaded.entries.len();
-            let entries: Vec<history::Entry> = loaded
-                .entries
-                .into_iter()
-                .filter(|e| history::predict::compatible(e, &process.mpi, &platform))
-                .collect();
-            let knowledge = Knowledge::new(&entries, pmax);
-            if process.rank == 0 && verbose >= 1 {
-                say!(
-                    "commtune: history store {}: {all} entries read in {:.0} ms, {} of this \
-                     MPI library and platform analysed in {:.0} ms",
-                    dir.display(),
-                    read.as_secs_f64() * 1e3,
-                    entries.len(),
-                    (start.elapsed() - read).as_secs_f64() * 1e3
-                );
-            }
-            knowledge
-        });
+        .spawn(move || read(process, &dir));
     if let Ok(reader) = reader {
-        *lock(&KNOWLEDGE) = State::Reading(reader);
+        *state = State::Reading(reader);
     }
+}
+
+/// What the store `dir` holds for this job, analysed.
+fn read(process: &Process, dir: &Path) -> Knowledge {
+    let config = runtime::config();
+    let start = Instant::now();
+    let loaded = history::load(dir);
+    if process.rank == 0
+        && let Some(warning) = loaded.warning(dir)
+    {
+        say!("{warning}");
+    }
+    let read = start.elapsed();
+    let platform = platform(process);
+    let all = loaded.entries.len();
+    let entries: Vec<history::Entry> = loaded
+        .entries
+        .into_iter()
+        .filter(|e| history::predict::compatible(e, &process.mpi, &platform))
+        .collect();
+    let knowledge = Knowledge::new(&entries, config.pmax);
+    if process.rank == 0 && config.verbose >= 1 {
+        say!(
+            "commtune: history store {}: {all} entries read in {:.0} ms, {} of this MPI \
+             library and platform analysed in {:.0} ms",
+            dir.display(),
+            read.as_secs_f64() * 1e3,
+            entries.len(),
+            (start.elapsed() - read).as_secs_f64() * 1e3
+        );
+    }
+    knowledge
 }
 
 /// Runs `with` on what this rank knows, once the store is read (None: no store).
 fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
     let mut state = lock(&KNOWLEDGE);
+    if matches!(*state, State::NotStarted) {
+        *state = match (runtime::process(), store(runtime::config())) {
+            (Some(process), Some(dir)) => State::Read(read(process, &dir)),
+            _ => State::None,
+        };
+    }
     // A reader that failed leaves no store (panics abort: it cannot happen).
     if matches!(*state, State::Reading(_))
         && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
