@@ -71,6 +71,9 @@ pub struct Config {
     /// Whether the job is a calibration (`commtune calibrate`): its history entries say so,
     /// COMMTUNE_CALIBRATE.
     pub calibrate: bool,
+    /// How far a predicted winner's measured time may exceed its predicted time before the
+    /// prediction is dismissed, as a fraction, COMMTUNE_PMAX.
+    pub pmax: f64,
 }
 
 impl Default for Config {
@@ -87,6 +90,7 @@ impl Default for Config {
             trace: None,
             history: HistoryTarget::Default,
             calibrate: false,
+            pmax: 0.1,
         }
     }
 }
@@ -172,6 +176,7 @@ pub const KNOBS: &[Knob] = &[
         "a directory, or off",
     ),
     knob("COMMTUNE_CALIBRATE", "off", "off, on"),
+    knob("COMMTUNE_PMAX", "0.1", "a number > 0 (0.1: 10 %)"),
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
@@ -260,6 +265,7 @@ where
                 },
             ),
             "COMMTUNE_CALIBRATE" => set(&mut config.calibrate, on_off(value)),
+            "COMMTUNE_PMAX" => set(&mut config.pmax, real(value, |v| v > 0.0)),
             "COMMTUNE_INJECT_DELAY" => {
                 config.delays = delays(value, names, &mut problems);
                 true

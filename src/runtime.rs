@@ -98,3 +98,11 @@ pub fn to_report() -> Option<&'static Process> {
     let ours = enabled() && process.pid == std::process::id();
     (ours && !REPORTED.swap(true, Ordering::AcqRel)).then_some(process)
 }
+
+/// This machine's host name (empty if it has none): the kernel's, of this process's UTS
+/// namespace, as gethostname(2) reads it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default()
+}

@@ -31,11 +31,13 @@ pub use text::summary;
 ///   (`ranks.time_by_rank_s`), halo episodes' messages per rank (`rank_signatures`), the
 ///   tuner's timeline of a key (`tuning.timeline`).
 /// - 4: the self-check of a decision, predicted against realised time (`tuning.check`).
+/// - 5: a key started from the history's prediction, verified by the safety net
+///   (`tuning.prediction`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -188,6 +190,69 @@ pub struct TuningData {
     /// realised production time (version 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<SelfCheck>,
+    /// The history's prediction the key started with, and what the safety net found
+    /// (version 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<HistoryPrediction>,
+}
+
+/// A key that started in production with the winner the history store predicted, verified by
+/// a window of timed calls (the safety net): the measured time per call, the maximum over
+/// ranks, within COMMTUNE_PMAX of the predicted time confirms it; otherwise the prediction is
+/// dismissed and the key is searched.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HistoryPrediction {
+    /// How it was predicted: closest (the nearest entry), vote (entries near enough, weighted by
+    /// 1/distance) or map (the decision map).
+    pub predictor: String,
+    /// The entries it came from.
+    pub from: Vec<HistorySource>,
+    pub winner: String,
+    /// The predicted time per call of the winner, and the measured one (None: not verified yet).
+    pub predicted_us: f64,
+    pub measured_us: Option<f64>,
+    /// COMMTUNE_PMAX: the share by which the measured time may exceed the predicted time.
+    pub pmax: f64,
+    /// verifying, confirmed or dismissed (the key was searched).
+    pub outcome: String,
+    /// Search instances the prediction saved: the instances the key's search would run at most
+    /// (its schedule's size, `commtune_tune::sampling::search_instances`); 0 when dismissed.
+    pub saved_instances: u64,
+}
+
+impl HistoryPrediction {
+    /// One line: what was predicted from which entries, and what the safety net found.
+    pub fn describe(&self) -> String {
+        let from: Vec<String> = self
+            .from
+            .iter()
+            .map(|s| format!("{} ranks {} B ({})", s.comm_size, s.bytes, s.how))
+            .collect();
+        let measured = self.measured_us.map_or_else(
+            || "not measured yet".to_string(),
+            |m| format!("measured {}", text::micros(m)),
+        );
+        format!(
+            "history predicted {} at {} ({} of {}), {measured}: {} (COMMTUNE_PMAX={}), {} \
+             search calls saved",
+            self.winner,
+            text::micros(self.predicted_us),
+            self.predictor,
+            from.join(", "),
+            self.outcome,
+            self.pmax,
+            self.saved_instances
+        )
+    }
+}
+
+/// A history entry a prediction came from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HistorySource {
+    pub comm_size: u32,
+    pub bytes: u64,
+    /// How the entry's winner was found: search, calibrate or prediction_confirmed.
+    pub how: String,
 }
 
 /// A decision checked against production: the first window of production calls after a

@@ -435,6 +435,7 @@ mod tests {
                 saved_s: None,
                 saving: None,
                 check: None,
+                prediction: None,
             });
             k
         };
@@ -540,6 +541,7 @@ mod tests {
                     saved_s: None,
                     saving: Some(saving(saved)),
                     check: None,
+                    prediction: None,
                 });
                 RankData {
                     rank: rank as u32,

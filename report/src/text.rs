@@ -101,7 +101,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         "  tuning: {:<10} {:<18} {:>8} {:>22}  location / estimates or reason",
         "phase", "winner", "searched", "saved in this run"
     );
-    for (site, t) in tuned {
+    for &(site, t) in &tuned {
         let mut detail = match &t.reason {
             Some(reason) => reason.clone(),
             None => t
@@ -121,6 +121,12 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
                 c.verdict
             );
         }
+        if let Some(p) = &t.prediction {
+            if !detail.is_empty() {
+                detail.push_str("; ");
+            }
+            detail.push_str(&p.describe());
+        }
         let _ = writeln!(
             out,
             "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",
@@ -129,6 +135,22 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
             t.search_instances,
             saved(t),
             site.location
+        );
+    }
+    let predicted: Vec<_> = tuned
+        .iter()
+        .filter_map(|(_, t)| t.prediction.as_ref())
+        .collect();
+    if !predicted.is_empty() {
+        let count = |outcome: &str| predicted.iter().filter(|p| p.outcome == outcome).count();
+        let _ = writeln!(
+            out,
+            "  history: {} of these calls predicted, {} confirmed, {} dismissed by the safety \
+             net (then searched); {} search calls saved",
+            predicted.len(),
+            count("confirmed"),
+            count("dismissed"),
+            predicted.iter().map(|p| p.saved_instances).sum::<u64>()
         );
     }
 }

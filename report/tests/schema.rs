@@ -1,6 +1,7 @@
 //! The report's JSON Schema (report.schema.json) against reports of every version: real ones
 //! (tests/data: version 3 written by the bundled example under the tuner, version 2 the same
-//! run as version 2 wrote it, version 1 as the first format did) and one made with every
+//! run as version 2 wrote it, version 1 as the first format did; version 5 the second run of
+//! tests/programs/tuned_loop.c, predicted from the first's history) and one made with every
 //! optional field present, so that a field added to the model and not to the schema fails here
 //! (every object of the schema is closed).
 
@@ -8,8 +9,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use commtune_report::{
-    Aborted, CodeletEstimate, Event, KeyData, Location, Op, RankData, Report, SCHEMA, Saving,
-    SelfCheck, SiteData, TuningData, VERSION, merge,
+    Aborted, CodeletEstimate, Event, HistoryPrediction, HistorySource, KeyData, Location, Op,
+    RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData, VERSION, merge,
 };
 use serde_json::Value;
 
@@ -80,6 +81,20 @@ fn full() -> Report {
             runner_up_us: Some(10.0),
             timing: "local".into(),
             verdict: "kept".into(),
+        }),
+        prediction: Some(HistoryPrediction {
+            predictor: "vote".into(),
+            from: vec![HistorySource {
+                comm_size: 2,
+                bytes: 64,
+                how: "search".into(),
+            }],
+            winner: "ring".into(),
+            predicted_us: 5.0,
+            measured_us: Some(5.2),
+            pmax: 0.1,
+            outcome: "confirmed".into(),
+            saved_instances: 24,
         }),
     };
     let key = |op: Op, rank: u32| KeyData {

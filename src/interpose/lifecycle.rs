@@ -42,8 +42,12 @@ pub extern "C" fn commtune_init(
     };
     // Every rank is inside MPI_Init: the private duplicate of MPI_COMM_WORLD that the at-exit
     // fallback needs is made now (collective).
-    if rc == mpi::SUCCESS && runtime::enabled() && runtime::started().is_some() {
+    if rc == mpi::SUCCESS
+        && runtime::enabled()
+        && let Some(process) = runtime::started()
+    {
         let _ = crate::comms::private(mpi::comm_world());
+        tuner::knowledge::start(process);
     }
     rc
 }

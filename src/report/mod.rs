@@ -25,7 +25,7 @@ fn rank_data(process: &Process) -> RankData {
     let ns_per_tick = clock::ns_per_tick();
     RankData {
         rank: process.rank,
-        host: host_name(),
+        host: runtime::host_name(),
         run_ns: clock::monotonic_ns().saturating_sub(process.start_ns),
         keys: keys::entries()
             .into_iter()
@@ -50,14 +50,6 @@ fn tuning(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData>
     }
 }
 
-/// This machine's host name (empty if it has none): the kernel's, of this process's UTS
-/// namespace, as gethostname(2) reads it.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim_end().to_owned())
-        .unwrap_or_default()
-}
-
 /// Every rank's data as it arrived on rank 0, to publish once MPI is finalized.
 pub struct Gathered(Vec<Vec<u8>>);
 
@@ -73,7 +65,7 @@ impl Gathered {
             .filter_map(|bytes| serde_json::from_slice(bytes).ok())
             .collect();
         publish(&ranks, process, config, None);
-        history::record(&ranks, process, config);
+        history::record(process, config);
     }
 }
 

@@ -1,4 +1,6 @@
-//! Checks of keys in production. The first, soon after a decision, is the self-check: the
+//! Checks of keys in production. The first after a prediction from the history is the safety
+//! net: the predicted winner's measured time against the predicted time. The first after a
+//! search's decision is the self-check: the
 //! winner's realised time against what the search predicted, timed as the search timed and
 //! reduced over ranks alike; a decision it finds clearly wrong reopens the search once with the
 //! other timing, and a second wrong one falls back to native. Later ones are drift checks: the
@@ -10,8 +12,10 @@ use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{search_step, start_search, trace};
-use super::state::{CommTunerState, Phase, Production, TunerState};
-use super::{SlowCall, Step, consensus};
+use commtune_history::How;
+
+use super::state::{CONFIRMED, CommTunerState, DISMISSED, Phase, Production, TunerState};
+use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::{clock, runtime};
 
@@ -32,6 +36,20 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
+    if p.baseline.is_none()
+        && let Some(predicted_us) = p.from_history.take()
+    {
+        let timing = key.timing.unwrap_or(settings.timing);
+        let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
+        let us = ticks * clock::ns_per_tick() * 1e-3;
+        let measured_us = consensus::realised(&comm.private?, us).ok()?;
+        if let Some(step) = safety_net(at, comm, key, predicted_us, measured_us) {
+            return Some(step);
+        }
+    }
+    let Phase::Production(p) = &mut key.phase else {
+        return None;
+    };
     if p.baseline.is_none()
         && let Some(predicted) = p.predicted
     {
@@ -71,6 +89,53 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     }
     key.reopened += 1;
+    start_search(at, comm, key).then(|| search_step(at, comm, key))
+}
+
+/// The safety net of a key that started from the history's prediction: its winner's measured
+/// time per call (agreed: the maximum over ranks) within COMMTUNE_PMAX of the predicted time
+/// confirms the prediction; otherwise it is dismissed and the key is searched (returns the
+/// search step).
+fn safety_net<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    predicted_us: f64,
+    measured_us: f64,
+) -> Option<Step> {
+    let Phase::Production(p) = &key.phase else {
+        return None;
+    };
+    let winner = p.winner;
+    let confirmed = measured_us <= predicted_us * (1.0 + runtime::config().pmax);
+    if let Some(prediction) = &mut key.prediction {
+        prediction.measured_us = Some(measured_us);
+        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
+        if !confirmed {
+            prediction.saved_instances = 0;
+        }
+    }
+    trace(at.entry, || {
+        format!(
+            "safety net of {}: predicted {predicted_us:.1} us, measured {measured_us:.1} us: {}",
+            codelets::names(at.entry.op)[winner],
+            if confirmed { CONFIRMED } else { DISMISSED }
+        )
+    });
+    if confirmed {
+        knowledge::learn(
+            at.entry,
+            [(winner, measured_us)].into_iter(),
+            winner,
+            How::PredictionConfirmed,
+        );
+        return None;
+    }
+    key.timeline.push(Mark::Drift {
+        call: at.k,
+        ratio: measured_us / predicted_us,
+        reopened: true,
+    });
     start_search(at, comm, key).then(|| search_step(at, comm, key))
 }
 

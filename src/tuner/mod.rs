@@ -20,6 +20,7 @@
 
 mod consensus;
 mod drift;
+pub mod knowledge;
 mod search;
 mod state;
 mod trace;
@@ -29,6 +30,7 @@ use std::ffi::c_int;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
+use commtune_history::How;
 use commtune_report::TuningData;
 use commtune_tune::{Agreed, check};
 use dashmap::DashMap;
@@ -233,26 +235,29 @@ pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningD
     Some(tuner.report(names, ns_per_tick))
 }
 
-/// What the search of a key decided (`decided`).
+/// What a key decided (`decided`).
 pub struct Decided {
     /// Identifies the tuner: keys of several sites may share one.
     pub tuner: usize,
     /// The winner's index in the operation's registry.
     pub winner: usize,
-    /// Every codelet that ran: its index and agreed estimate in clock ticks (the same on every
-    /// rank).
+    /// Every codelet that ran: its index and agreed estimate in microseconds (the same on every
+    /// rank, up to each rank's clock calibration).
     pub estimates: Vec<(usize, Agreed)>,
+    /// A search or a confirmed prediction.
+    pub how: How,
 }
 
-/// What the search of `entry`'s key decided, if its key is in production after one (for the
-/// history store; read after MPI_Finalize, off every call's path).
+/// What `entry`'s key decided, if it is in production after a search or a confirmed
+/// prediction (for the history store; read after MPI_Finalize, off every call's path).
 pub fn decided(entry: &Entry) -> Option<Decided> {
     let tuner = *REPORTED.get(&entry.id())?;
-    let (winner, estimates) = tuner.decided()?;
+    let (winner, estimates, how) = tuner.decided(clock::ns_per_tick() * 1e-3)?;
     Some(Decided {
         tuner: std::ptr::from_ref(tuner) as usize,
         winner,
         estimates,
+        how,
     })
 }
 

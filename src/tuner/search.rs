@@ -8,10 +8,15 @@ use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
 use commtune_tune::{budget, check};
 
+use commtune_history::How;
+use commtune_history::predict::Predicted;
+use commtune_report::{HistoryPrediction, HistorySource};
+
 use super::state::{
     CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, Tuner, TunerState,
+    VERIFYING,
 };
-use super::{Measure, SlowCall, Step, consensus};
+use super::{Measure, SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::keys::Entry;
 use crate::say::say;
@@ -38,14 +43,26 @@ pub(super) fn checkpoint<C: Operation>(
             Err(_) => return at.slot.disable(comm),
         },
     };
-    let ready = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup && {
-        let instances = search_instances(at);
-        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
-        key.not_worth = ready.err();
-        key.not_worth.is_none()
-    };
-    match consensus::checkpoint(&private, ready.then_some(at.key.agree_hash())) {
-        Ok(consensus::Checkpoint::Agreed) => {
+    let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
+    let prediction = if warm { predict(at) } else { None };
+    // A predicted key costs no search: the budget does not hold it back.
+    let ready = warm
+        && (prediction.is_some() || {
+            let instances = search_instances(at);
+            let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
+            key.not_worth = ready.err();
+            key.not_worth.is_none()
+        });
+    let proposal = ready.then_some(at.key.agree_hash());
+    let predicted = prediction.as_ref().map(|(winner, p)| (*winner, p.us));
+    match consensus::checkpoint(&private, proposal, predicted) {
+        Ok(consensus::Checkpoint::Agreed(Some((winner, us)))) => {
+            comm.interval = MIN_INTERVAL;
+            if let Some((_, prediction)) = prediction {
+                start_predicted(at, key, winner, us, &prediction);
+            }
+        }
+        Ok(consensus::Checkpoint::Agreed(None)) => {
             comm.interval = MIN_INTERVAL;
             start_search(at, comm, key);
         }
@@ -83,6 +100,60 @@ fn candidates<C: Operation>(call: &C) -> Vec<Candidate> {
             collectives: c.attributes.uses_collectives,
         })
         .collect()
+}
+
+/// This rank's prediction from the history for the key at this call (the winner's registry
+/// index, and the prediction), when more than native applies.
+fn predict<C: Operation>(at: &SlowCall<C>) -> Option<(usize, Predicted)> {
+    let names = codelets::names(C::OP);
+    let candidates = candidates(at.call);
+    if candidates.len() <= 1 {
+        return None;
+    }
+    let applicable: Vec<&str> = candidates.iter().map(|c| names[c.index]).collect();
+    let predicted = knowledge::predict(C::OP.name(), &at.entry.description, &applicable)?;
+    let winner = names.iter().position(|n| *n == predicted.winner)?;
+    Some((winner, predicted))
+}
+
+/// Every rank predicted `winner` at `us` per call: the key goes to production with it at once,
+/// and its first check is the safety net's (`drift::safety_net`).
+fn start_predicted<C: Operation>(
+    at: &SlowCall<C>,
+    key: &mut TunerState,
+    winner: usize,
+    us: f64,
+    prediction: &Predicted,
+) {
+    let config = runtime::config();
+    let names = codelets::names(C::OP);
+    key.prediction = Some(HistoryPrediction {
+        predictor: prediction.predictor.name().to_string(),
+        from: prediction
+            .from
+            .iter()
+            .map(|s| HistorySource {
+                comm_size: s.comm_size,
+                bytes: s.bytes,
+                how: s.how.name().to_string(),
+            })
+            .collect(),
+        winner: names[winner].to_string(),
+        predicted_us: us,
+        measured_us: None,
+        pmax: config.pmax,
+        outcome: VERIFYING.to_string(),
+        saved_instances: search_instances(at),
+    });
+    trace(at.entry, || {
+        format!("predicted {} at {us:.1} us per call", names[winner])
+    });
+    key.timeline.push(Mark::Decision { call: at.k, winner });
+    let mut production = Production::new(winner, None);
+    production.from_history = Some(us);
+    let first_check = at.k + check::first_check(config.tuning.drift_interval);
+    at.tuner
+        .settle(key, winner, Phase::Production(production), first_check);
 }
 
 /// The instances a search of the key at this call runs at most.
@@ -202,6 +273,11 @@ pub(super) fn search_step<C>(
                 phase,
                 k + check::first_check(settings.drift_interval),
             );
+            if let Some(plan) = &key.decided {
+                let us = clock::ns_per_tick() * 1e-3;
+                let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
+                knowledge::learn(entry, estimates, winner, How::Search);
+            }
             slot.set_active(comm, None);
             slot.next_check.store(n + 1, Ordering::Relaxed);
             return Step {

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use commtune_report::SelfCheck;
+use commtune_history::How;
 use commtune_report::TuningData;
+use commtune_report::{HistoryPrediction, SelfCheck};
 use commtune_tune::check::{self, Prediction};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::Sampler;
@@ -230,15 +231,36 @@ impl Tuner {
         self.check_drift_at(u64::MAX);
     }
 
-    /// The winner and every codelet's agreed estimate (clock ticks), if the key is in production
-    /// after a search that ran to its decision (not ended early, not overruled by the
-    /// self-check).
-    pub fn decided(&self) -> Option<(usize, Vec<(usize, Agreed)>)> {
+    /// The winner, every codelet's agreed estimate (microseconds, converted with
+    /// `us_per_tick`) and how the winner was found, if the key is in production after a search
+    /// that ran to its decision (not ended early, not overruled by the self-check) or after a
+    /// prediction the safety net confirmed (its measured time is then the one estimate).
+    pub fn decided(&self, us_per_tick: f64) -> Option<Decision> {
         let key = lock(&self.state);
-        match (&key.phase, &key.decided, key.reason) {
-            (Phase::Production(p), Some(plan), None) => Some((p.winner, plan.estimates.clone())),
-            _ => None,
+        let Phase::Production(p) = &key.phase else {
+            return None;
+        };
+        if key.reason.is_some() {
+            return None;
         }
+        if let Some(plan) = &key.decided {
+            let us = |a: &Agreed| Agreed {
+                location: a.location * us_per_tick,
+                error: a.error * us_per_tick,
+            };
+            let estimates = plan.estimates.iter().map(|(i, a)| (*i, us(a))).collect();
+            return Some((p.winner, estimates, How::Search));
+        }
+        let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
+        let measured = Agreed {
+            location: confirmed.measured_us?,
+            error: 0.0,
+        };
+        Some((
+            p.winner,
+            vec![(p.winner, measured)],
+            How::PredictionConfirmed,
+        ))
     }
 
     /// The key's tuning as the report shows it (`names`: the operation's codelets; durations
@@ -271,6 +293,7 @@ impl Tuner {
         }
         .data(names, ns_per_tick);
         data.check = key.check.clone();
+        data.prediction = key.prediction.clone();
         data
     }
 }
@@ -304,7 +327,18 @@ pub struct TunerState {
     pub wrong: u32,
     /// The latest self-check, for the report (microseconds).
     pub check: Option<SelfCheck>,
+    /// The history's prediction the key started with, for the report and the store.
+    pub prediction: Option<HistoryPrediction>,
 }
+
+/// A key's winner, every codelet's agreed estimate and how the winner was found
+/// (`Tuner::decided`).
+pub type Decision = (usize, Vec<(usize, Agreed)>, How);
+
+/// `HistoryPrediction::outcome`s.
+pub const VERIFYING: &str = "verifying";
+pub const CONFIRMED: &str = "confirmed";
+pub const DISMISSED: &str = "dismissed";
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
 fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
@@ -360,6 +394,9 @@ pub struct Production {
     /// decided (one codelet applies, or a search ended early). The first drift window checks
     /// the prediction.
     pub predicted: Option<Prediction>,
+    /// The history's predicted time per call (microseconds) that the first window verifies
+    /// (the safety net), for a key that started from a prediction.
+    pub from_history: Option<f64>,
 }
 
 impl Production {
@@ -371,6 +408,7 @@ impl Production {
             baseline: None,
             strikes: 0,
             predicted,
+            from_history: None,
         }
     }
 }

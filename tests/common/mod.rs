@@ -275,7 +275,8 @@ impl Run<'_> {
     /// Runs the job; the report goes to `<dir>/report.json` unless COMMTUNE_REPORT is set, and
     /// the library profiles (COMMTUNE_MODE=profile) unless COMMTUNE_MODE is set: tests that
     /// count calls per codelet must not depend on what the tuner decides. The history store is
-    /// `<dir>/history` unless COMMTUNE_HISTORY is set (tests never write to the user's).
+    /// off unless COMMTUNE_HISTORY is set (tests never use the user's, and a job predicts only
+    /// from a store its test made for it).
     pub fn go(self) -> Job {
         let _one_at_a_time = lock();
         let (cmd, report_path) = self.command();
@@ -328,11 +329,7 @@ impl Run<'_> {
             env.push(("COMMTUNE_MODE".into(), "profile".into()));
         }
         if !env.iter().any(|(k, _)| k == "COMMTUNE_HISTORY") {
-            let store = self.dir.join("history");
-            env.push((
-                "COMMTUNE_HISTORY".into(),
-                store.to_string_lossy().into_owned(),
-            ));
+            env.push(("COMMTUNE_HISTORY".into(), "off".into()));
         }
         if self.preload {
             let lib = self.flavour.library();

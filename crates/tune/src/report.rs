@@ -81,6 +81,7 @@ impl Progress<'_> {
             saved_s: None,
             saving: None,
             check: None,
+            prediction: None,
         }
     }
 }

@@ -533,6 +533,9 @@ fn tuning_detail(out: &mut String, t: &TuningData) {
             esc(&micros(v.high_s * 1e6))
         );
     }
+    if let Some(p) = &t.prediction {
+        let _ = write!(out, "<dt>history</dt><dd>{}</dd>", esc(&p.describe()));
+    }
     if let Some(reason) = &t.reason {
         let _ = write!(out, "<dt>why</dt><dd>{}</dd>", esc(reason));
     }

@@ -1,0 +1,252 @@
+//! What the history store predicts for this job's keys (LD_PRELOAD.md, "History"): every rank
+//! reads the store in a background thread started at MPI_Init, keeps the entries measured with
+//! this job's MPI library on this platform (`platform`: the fingerprint the writer records too),
+//! and adds the decisions this run agrees on, so that a later key of an unseen size is predicted
+//! from them. A prediction is only this rank's proposal: `consensus::checkpoint` uses it when
+//! every rank proposed the same (ARCHITECTURE.md, invariant 2).
+
+use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime};
+
+use commtune_history::predict::{Knowledge, Predicted, Problem};
+use commtune_history::{self as history, Estimate, How, Platform};
+use commtune_tune::classes::class_name;
+
+use crate::codelets;
+use crate::config::{Config, HistoryTarget, Mode};
+use crate::keys::{Description, Entry};
+use crate::runtime::{self, Process};
+use crate::say::say;
+use crate::sync::lock;
+
+/// The store's directory, if this job tunes with one (read at MPI_Init, written at finalize).
+pub fn store(config: &Config) -> Option<PathBuf> {
+    if config.mode != Mode::Tune {
+        return None;
+    }
+    match &config.history {
+        HistoryTarget::Off => None,
+        HistoryTarget::Path(path) => Some(path.clone()),
+        HistoryTarget::Default => history::default_dir(|name| std::env::var(name).ok()),
+    }
+}
+
+enum State {
+    /// MPI_Init not seen (yet: programs whose MPI_Init the library does not see, such as
+    /// Fortran mpi_f08 under MPICH, read the store at their first prediction instead).
+    NotStarted,
+    /// No store (COMMTUNE_HISTORY=off, not tuning), or it could not be read.
+    None,
+    Reading(JoinHandle<Knowledge>),
+    Read(Knowledge),
+}
+
+static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
+
+/// At MPI_Init: starts reading the store in the background. MPI_Init returns at once; the first
+/// checkpoint that finds a call ready waits for the rest of the read (it is local: it cannot
+/// deadlock). Not waiting there would starve the reader on a machine whose cores the ranks'
+/// busy polling fills, and a short run would then never be predicted.
+pub fn start(process: &'static Process) {
+    let mut state = lock(&KNOWLEDGE);
+    *state = State::None;
+    let Some(dir) = store(runtime::config()) else {
+        return;
+    };
+    let reader = std::thread::Builder::new()
+        .name("commtune-history".into())
+        .spawn(move || read(process, &dir));
+    if let Ok(reader) = reader {
+        *state = State::Reading(reader);
+    }
+}
+
+/// What the store `dir` holds for this job, analysed.
+fn read(process: &Process, dir: &Path) -> Knowledge {
+    let config = runtime::config();
+    let start = Instant::now();
+    let loaded = history::load(dir);
+    if process.rank == 0
+        && let Some(warning) = loaded.warning(dir)
+    {
+        say!("{warning}");
+    }
+    let read = start.elapsed();
+    let platform = platform(process);
+    let all = loaded.entries.len();
+    let entries: Vec<history::Entry> = loaded
+        .entries
+        .into_iter()
+        .filter(|e| history::predict::compatible(e, &process.mpi, &platform))
+        .collect();
+    let knowledge = Knowledge::new(&entries, config.pmax);
+    if process.rank == 0 && config.verbose >= 1 {
+        say!(
+            "commtune: history store {}: {all} entries read in {:.0} ms, {} of this MPI \
+             library and platform analysed in {:.0} ms",
+            dir.display(),
+            read.as_secs_f64() * 1e3,
+            entries.len(),
+            (start.elapsed() - read).as_secs_f64() * 1e3
+        );
+    }
+    knowledge
+}
+
+/// Runs `with` on what this rank knows, once the store is read (None: no store).
+fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
+    let mut state = lock(&KNOWLEDGE);
+    if matches!(*state, State::NotStarted) {
+        *state = match (runtime::process(), store(runtime::config())) {
+            (Some(process), Some(dir)) => State::Read(read(process, &dir)),
+            _ => State::None,
+        };
+    }
+    // A reader that failed leaves no store (panics abort: it cannot happen).
+    if matches!(*state, State::Reading(_))
+        && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
+        && let Ok(knowledge) = reader.join()
+    {
+        *state = State::Read(knowledge);
+    }
+    match &mut *state {
+        State::Read(knowledge) => Some(with(knowledge)),
+        _ => None,
+    }
+}
+
+/// This rank's prediction for a key described by `description` of operation `op`, among the
+/// codelets `applicable` names.
+pub fn predict(op: &str, description: &Description, applicable: &[&str]) -> Option<Predicted> {
+    let problem = Problem {
+        op,
+        comm_size: comm_size(&description.facts)?,
+        bytes: description.bytes_per_call,
+    };
+    known(|k| k.predict(&problem, &|name| applicable.contains(&name)))?
+}
+
+/// A decision this run agreed on (the same on every rank of the communicator) for the key of
+/// `entry`: the winner (registry index), every codelet's agreed time per call (registry index,
+/// microseconds). Kept for the keys to come.
+pub fn learn(
+    entry: &Entry,
+    estimates: impl Iterator<Item = (usize, f64)>,
+    winner: usize,
+    how: How,
+) {
+    let Some(process) = runtime::process() else {
+        return;
+    };
+    let names = codelets::names(entry.op);
+    let estimates = estimates
+        .map(|(i, us)| Estimate {
+            codelet: names[i].to_string(),
+            us,
+            error_us: 0.0,
+        })
+        .collect();
+    let decided = self::entry(
+        entry.op.name(),
+        &entry.description,
+        estimates,
+        names[winner],
+        how,
+        process,
+    );
+    known(|k| k.add(decided));
+}
+
+/// The history entry of a decided key: `estimates` in microseconds, the winner's among them.
+pub fn entry(
+    op: &str,
+    description: &Description,
+    estimates: Vec<Estimate>,
+    winner: &str,
+    how: How,
+    process: &Process,
+) -> history::Entry {
+    history::Entry {
+        op: op.to_string(),
+        comm_size: comm_size(&description.facts).unwrap_or(0),
+        ranks_per_node: ranks_per_node(),
+        size_class: class_name(description.bytes_per_call),
+        bytes: description.bytes_per_call,
+        signature: description.signature.clone(),
+        facts: description.facts.clone(),
+        mpi: process.mpi.clone(),
+        platform: platform(process),
+        estimates,
+        winner: winner.to_string(),
+        time: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        how,
+    }
+}
+
+/// The communicator size in a key's facts (`codelets::Facts::agreed` begins `size=N`).
+fn comm_size(facts: &str) -> Option<u32> {
+    facts
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("size=")?.parse().ok())
+}
+
+/// Ranks of MPI_COMM_WORLD on this host, as the launcher says (Open MPI's mpirun, Hydra).
+fn ranks_per_node() -> Option<u32> {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok()?.parse().ok())
+}
+
+/// This machine as the history records it: the writer and every reader call this, so that an
+/// entry matches exactly the jobs that would measure alike. It reads only this process's
+/// environment and files: no communication, and the same on every rank of a cluster's nodes.
+fn platform(process: &Process) -> Platform {
+    static PLATFORM: OnceLock<Platform> = OnceLock::new();
+    PLATFORM
+        .get_or_init(|| {
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let one_host = ranks_per_node().map(|local| local == process.size);
+            Platform {
+                host: history::host_pattern(&runtime::host_name()),
+                cpu: history::cpu_model(&cpuinfo),
+                transport: transport(one_host),
+            }
+        })
+        .clone()
+}
+
+/// Variables that choose the MPI libraries' network transport.
+const TRANSPORT_VARIABLES: [&str; 7] = [
+    "OMPI_MCA_pml",
+    "OMPI_MCA_btl",
+    "OMPI_MCA_mtl",
+    "UCX_TLS",
+    "FI_PROVIDER",
+    "MPIR_CVAR_CH4_NETMOD",
+    "MPIR_CVAR_NEMESIS_NETMOD",
+];
+
+/// The transport as far as it can be told cheaply: shared memory when every rank is on one
+/// host; else what the environment chose (e.g. `OMPI_MCA_pml=ucx`), else `unknown` (the MPI
+/// library picks at run time and does not say).
+fn transport(one_host: Option<bool>) -> String {
+    if one_host == Some(true) {
+        return "shared memory".to_string();
+    }
+    let chosen: Vec<String> = TRANSPORT_VARIABLES
+        .iter()
+        .filter_map(|name| {
+            let value = std::env::var(name).ok().filter(|v| !v.is_empty())?;
+            Some(format!("{name}={value}"))
+        })
+        .collect();
+    if chosen.is_empty() {
+        "unknown".to_string()
+    } else {
+        chosen.join(" ")
+    }
+}

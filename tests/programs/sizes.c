@@ -1,0 +1,32 @@
+/* Allreduces of several sizes from one line, one size after the other, so that the tuner
+ * decides the earlier sizes before it meets the later ones; checks the results.
+ * usage: sizes iterations doubles [doubles ...] */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, size, failures = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int iterations = argc > 1 ? atoi(argv[1]) : 300;
+    for (int a = 2; a < argc; a++) {
+        int n = atoi(argv[a]);
+        double *in = malloc(n * sizeof(double)), *out = malloc(n * sizeof(double));
+        for (int it = 0; it < iterations; it++) {
+            for (int i = 0; i < n; i++) in[i] = rank + i + it;
+            MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); /* SITE:allreduce */
+            for (int i = 0; i < n; i++)
+                if (out[i] != size * (size - 1) / 2.0 + (double)size * (i + it)) failures++;
+        }
+        free(in);
+        free(out);
+    }
+    int total_failures = 0;
+    MPI_Reduce(&failures, &total_failures, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf(total_failures == 0 ? "sizes: results correct\n" : "sizes: %d WRONG RESULTS\n", total_failures);
+    MPI_Finalize();
+    return failures != 0;
+}
