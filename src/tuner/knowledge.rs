@@ -33,6 +33,12 @@ pub fn store(config: &Config) -> Option<PathBuf> {
     }
 }
 
+/// The store to predict from: the job's store, except in a calibration (COMMTUNE_CALIBRATE),
+/// which must measure every codelet at every size, not predict from the sizes it measured.
+fn source(config: &Config) -> Option<PathBuf> {
+    store(config).filter(|_| !config.calibrate)
+}
+
 enum State {
     /// MPI_Init not seen (yet: programs whose MPI_Init the library does not see, such as
     /// Fortran mpi_f08 under MPICH, read the store at their first prediction instead).
@@ -52,7 +58,7 @@ static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::No
 pub fn start(process: &'static Process) {
     let mut state = lock(&KNOWLEDGE);
     *state = State::None;
-    let Some(dir) = store(runtime::config()) else {
+    let Some(dir) = source(runtime::config()) else {
         return;
     };
     let reader = std::thread::Builder::new()
@@ -99,7 +105,7 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
 fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
     let mut state = lock(&KNOWLEDGE);
     if matches!(*state, State::NotStarted) {
-        *state = match (runtime::process(), store(runtime::config())) {
+        *state = match (runtime::process(), source(runtime::config())) {
             (Some(process), Some(dir)) => State::Read(read(process, &dir)),
             _ => State::None,
         };
