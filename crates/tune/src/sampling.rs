@@ -229,12 +229,13 @@ impl Sampler {
     pub fn drop_candidate(&mut self, codelet: usize) {
         self.plan.candidates.retain(|c| c.index != codelet);
         self.samples.retain(|c| c != codelet);
-        let position = self.position;
-        let mut at = 0;
-        self.schedule.retain(|&c| {
-            at += 1;
-            at <= position || c != codelet
-        });
+        // Its instances leave the schedule whole blocks at a time (an open one's too), so the
+        // others' blocks keep their alignment.
+        self.position = self.schedule[..self.position]
+            .iter()
+            .filter(|&&c| c != codelet)
+            .count();
+        self.schedule.retain(|&c| c != codelet);
         self.open.take_if(|b| b.codelet == codelet);
     }
 
