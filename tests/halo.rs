@@ -597,3 +597,53 @@ fn block_sampling_applies_to_halo_searches_openmpi() {
 fn block_sampling_applies_to_halo_searches_mpich() {
     block_sampling(Mpich, "halo-block-mpich");
 }
+
+/// tests/programs/halo_comm_reuse.c: an exchange tuned on a communicator the program then frees,
+/// and the same exchange (the same key: its call sites, messages and communicator handle, which
+/// MPI gives to the next duplicate) on a new communicator. Pairwise wins the first search; from
+/// the key's 60th episode, on the new communicator, it is the slowest. The new communicator's
+/// episodes search afresh (their class has the communicator's epoch, not its handle) and find
+/// native; keyed by the handle they would have kept pairwise.
+fn comm_reuse_searches_afresh(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let program = compile(flavour, "halo_comm_reuse.c", &dir);
+    let mut run = run(flavour, 2, &program, &dir).args(&["50"]);
+    for (name, value) in TWO_CODELETS {
+        run = run.env(name, value);
+    }
+    let job = run
+        .env("COMMTUNE_BLOCK", "2")
+        .env(
+            "COMMTUNE_INJECT_DELAY",
+            "halo:native=5ms@1,halo:pairwise=20ms@60",
+        )
+        .go();
+    job.assert_success();
+    let out = job.stdout();
+    assert!(out.contains("halo_comm_reuse: results correct"), "{out}");
+    assert!(
+        out.contains("handle reused: 1"),
+        "{flavour:?} gave the new communicator another handle: this test needs the same\n{out}"
+    );
+    let report = job.report();
+    let halo: Vec<&Value> = sites(&report)
+        .iter()
+        .filter(|s| s["op"] == "halo")
+        .collect();
+    assert_eq!(halo.len(), 1, "one key for both communicators: {report:#}");
+    let site = halo[0];
+    let t = &site["tuning"];
+    assert_eq!(t["winner"], "native", "{site:#}");
+    assert!(codelet_calls(site, "pairwise") >= 20, "{site:#}");
+    assert_eq!(site["calls"], 100, "{site:#}");
+}
+
+#[test]
+fn a_reused_communicator_handle_searches_afresh_openmpi() {
+    comm_reuse_searches_afresh(OpenMpi, "halo-comm-reuse-openmpi");
+}
+
+#[test]
+fn a_reused_communicator_handle_searches_afresh_mpich() {
+    comm_reuse_searches_afresh(Mpich, "halo-comm-reuse-mpich");
+}
