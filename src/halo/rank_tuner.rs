@@ -161,8 +161,8 @@ pub fn completed(
     if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
-        if let Some(sample) = instance_start(timing, previous, ran, ticks, now) {
-            agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(sample));
+        if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
+            agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
             self_check(t, predicted, realised);
