@@ -481,3 +481,169 @@ fn split_episodes_never_deadlock_mpich() {
     let correct = "split_episodes: results correct";
     under_every_codelet(Mpich, 3, "split_episodes.c", correct, None, false, true);
 }
+
+/// The halo codelets a test's searches try: native and pairwise (the others excluded), `brute`
+/// with two samples each, searching as soon as warm.
+const TWO_CODELETS: &[(&str, &str)] = &[
+    ("COMMTUNE_MODE", "tune"),
+    ("COMMTUNE_BUDGET", "1"),
+    ("COMMTUNE_SEARCH", "brute"),
+    ("COMMTUNE_SAMPLES", "2"),
+    (
+        "COMMTUNE_EXCLUDE",
+        "halo=persistent,halo=irecv_first,halo=pack",
+    ),
+];
+
+/// The stencil's halo exchange tuned on 2 ranks between native and pairwise, with `env` too;
+/// its report's tuning and the calls of its search samples.
+fn tuned_between_two(flavour: Flavour, name: &str, env: &[(&str, &str)]) -> (Value, Vec<u64>) {
+    let dir = scratch(name);
+    let program = compile(flavour, "stencil.c", &dir);
+    let mut run = run(flavour, 2, &program, &dir).args(&[
+        "2",
+        "12",
+        "1",
+        "1",
+        "80",
+        "waitall",
+        "none",
+        "sends_first",
+    ]);
+    for (name, value) in TWO_CODELETS.iter().chain(env) {
+        run = run.env(name, value);
+    }
+    let job = run.go();
+    job.assert_success();
+    let tuning = halo_site(&job.report())["tuning"].clone();
+    let samples = tuning["timeline"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no timeline: {tuning:#}"))
+        .iter()
+        .filter(|e| e["event"] == "sample")
+        .map(|e| e["call"].as_u64().unwrap())
+        .collect();
+    (tuning, samples)
+}
+
+/// Pairwise wins the search (native is 5 ms slower; blocks of two, the search runs episodes 4
+/// to 11), then from episode 14 on, inside the self-check's window (episodes 13 to 28), it is
+/// 20 ms slower than predicted and than native: the self-check reopens the search with period
+/// timing, which finds native, and the second check keeps it.
+fn self_check_reopens(flavour: Flavour, name: &str) {
+    let (t, _) = tuned_between_two(
+        flavour,
+        name,
+        &[
+            (
+                "COMMTUNE_INJECT_DELAY",
+                "halo:native=5ms,halo:pairwise=20ms@14",
+            ),
+            ("COMMTUNE_BLOCK", "2"),
+        ],
+    );
+    assert_eq!(
+        t["searches"], 2,
+        "the self-check reopened the search: {t:#}"
+    );
+    assert_eq!(t["winner"], "native", "{t:#}");
+    let check = &t["check"];
+    assert_eq!(
+        check["timing"], "period",
+        "the second search timed periods: {t:#}"
+    );
+    assert_eq!(check["verdict"], "kept", "{t:#}");
+    let reopened = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "drift" && e["reopened"] == true)
+        .unwrap_or_else(|| panic!("the self-check's reopening is in the timeline: {t:#}"));
+    assert_eq!(reopened["call"], 28, "{t:#}");
+}
+
+#[test]
+fn the_self_check_reopens_a_wrong_halo_decision_openmpi() {
+    self_check_reopens(OpenMpi, "halo-self-check-openmpi");
+}
+
+#[test]
+fn the_self_check_reopens_a_wrong_halo_decision_mpich() {
+    self_check_reopens(Mpich, "halo-self-check-mpich");
+}
+
+/// COMMTUNE_BLOCK=4: each codelet runs 4 episodes in a row per round and gives one sample at
+/// the last of them (the first is not measured); with 1, every episode is a sample. The search
+/// starts at episode 4 either way. (Only the blocks of 4 find the known winner surely: ranks
+/// wait for each other's messages, so an episode right after a switch pays for the peer's
+/// previous codelet, here native's delay, which is what blocks are for.)
+fn block_sampling(flavour: Flavour, name: &str) {
+    let delays = ("COMMTUNE_INJECT_DELAY", "halo:native=5ms");
+    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_BLOCK", "4")]);
+    assert_eq!(samples, [7, 11, 15, 19], "{t:#}");
+    assert_eq!(t["search_instances"], 16, "{t:#}");
+    assert_eq!(t["winner"], "pairwise", "{t:#}");
+    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_BLOCK", "1")]);
+    assert_eq!(samples, [4, 5, 6, 7], "{t:#}");
+    assert_eq!(t["search_instances"], 4, "{t:#}");
+}
+
+#[test]
+fn block_sampling_applies_to_halo_searches_openmpi() {
+    block_sampling(OpenMpi, "halo-block-openmpi");
+}
+
+#[test]
+fn block_sampling_applies_to_halo_searches_mpich() {
+    block_sampling(Mpich, "halo-block-mpich");
+}
+
+/// tests/programs/halo_comm_reuse.c: an exchange tuned on a communicator the program then frees,
+/// and the same exchange (the same key: its call sites, messages and communicator handle, which
+/// MPI gives to the next duplicate) on a new communicator. Pairwise wins the first search; from
+/// the key's 60th episode, on the new communicator, it is the slowest. The new communicator's
+/// episodes search afresh (their class has the communicator's epoch, not its handle) and find
+/// native; keyed by the handle they would have kept pairwise.
+fn comm_reuse_searches_afresh(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let program = compile(flavour, "halo_comm_reuse.c", &dir);
+    let mut run = run(flavour, 2, &program, &dir).args(&["50"]);
+    for (name, value) in TWO_CODELETS {
+        run = run.env(name, value);
+    }
+    let job = run
+        .env("COMMTUNE_BLOCK", "2")
+        .env(
+            "COMMTUNE_INJECT_DELAY",
+            "halo:native=5ms@1,halo:pairwise=20ms@60",
+        )
+        .go();
+    job.assert_success();
+    let out = job.stdout();
+    assert!(out.contains("halo_comm_reuse: results correct"), "{out}");
+    assert!(
+        out.contains("handle reused: 1"),
+        "{flavour:?} gave the new communicator another handle: this test needs the same\n{out}"
+    );
+    let report = job.report();
+    let halo: Vec<&Value> = sites(&report)
+        .iter()
+        .filter(|s| s["op"] == "halo")
+        .collect();
+    assert_eq!(halo.len(), 1, "one key for both communicators: {report:#}");
+    let site = halo[0];
+    let t = &site["tuning"];
+    assert_eq!(t["winner"], "native", "{site:#}");
+    assert!(codelet_calls(site, "pairwise") >= 20, "{site:#}");
+    assert_eq!(site["calls"], 100, "{site:#}");
+}
+
+#[test]
+fn a_reused_communicator_handle_searches_afresh_openmpi() {
+    comm_reuse_searches_afresh(OpenMpi, "halo-comm-reuse-openmpi");
+}
+
+#[test]
+fn a_reused_communicator_handle_searches_afresh_mpich() {
+    comm_reuse_searches_afresh(Mpich, "halo-comm-reuse-mpich");
+}

@@ -13,6 +13,7 @@ use std::ffi::c_int;
 use std::fmt::Write;
 use std::hash::Hasher;
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 
 use commtune_report::Op;
 use commtune_tune::classes::size_class;
@@ -27,7 +28,7 @@ use crate::keys::{self, CallKey, Description, Entry, Measured};
 use crate::mpi::datatype::Layout;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind, Shared};
 use crate::site::SiteRef;
-use crate::{clock, runtime};
+use crate::{clock, comms, runtime};
 
 /// Episodes with more operations than this are not profiled (bounded memory per thread).
 const MAX_OPS: usize = 4096;
@@ -55,8 +56,10 @@ struct Tracker {
     first_post: u64,
     /// The episode's first post (its call site and message), which predicts its key.
     first: u64,
-    /// The key this episode is expected to be, from the last episode with the same first post.
+    /// The key this episode is expected to be, from the last episode with the same first post,
+    /// and its tuning class then (`rank_tuner::class`).
     predicted: Option<&'static Entry>,
+    predicted_class: Option<u64>,
     /// The halo codelet the episode is to run.
     codelet: usize,
     /// Receives the predicted key has (None without a prediction), and those posted so far.
@@ -73,9 +76,17 @@ const MAX_PREDICTIONS: usize = 4096;
 
 thread_local! {
     static TRACKER: RefCell<Tracker> = RefCell::default();
-    /// The key of the last episode that started with each first post, and its receive count.
-    static PREDICTIONS: RefCell<HashMap<u64, (&'static Entry, usize), FxBuildHasher>> =
-        RefCell::default();
+    /// The last episode that started with each first post.
+    static PREDICTIONS: RefCell<HashMap<u64, Prediction, FxBuildHasher>> = RefCell::default();
+}
+
+/// What the last episode that started with a first post was.
+#[derive(Clone, Copy)]
+struct Prediction {
+    entry: &'static Entry,
+    /// Its tuning class (tuning only).
+    class: Option<u64>,
+    recvs: usize,
 }
 
 /// The halo codelet for a post at `caller` of `call`: at an episode's first post it is chosen
@@ -88,8 +99,9 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         }
         t.first = first_post(caller, call);
         let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
-        t.predicted = prediction.map(|(entry, _)| entry);
-        t.expected_recvs = prediction.map(|(_, recvs)| recvs);
+        t.predicted = prediction.map(|p| p.entry);
+        t.predicted_class = prediction.and_then(|p| p.class);
+        t.expected_recvs = prediction.map(|p| p.recvs);
         if agreement::may_agree() && !t.watching {
             t.watching = true;
             deferred::watch_begins();
@@ -97,7 +109,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         let config = runtime::config();
         t.codelet = match config.forced(Op::Halo) {
             Some(forced) => forced,
-            None if config.mode == Mode::Tune => t.predicted.map_or(0, rank_tuner::choose),
+            None if config.mode == Mode::Tune => t.predicted_class.map_or(0, rank_tuner::choose),
             None => 0,
         };
         (t.codelet, t.predicted)
@@ -308,21 +320,46 @@ impl Tracker {
         }
         let now = clock::now();
         let elapsed = now.saturating_sub(self.first_post);
-        let measured = if config.mode == Mode::Tune && config.forced(Op::Halo).is_none() {
-            let chosen = expected.then_some(self.codelet);
-            rank_tuner::completed(entry, chosen, ran, unchanged, elapsed, now)
-        } else {
-            Measured::Other
+        let tuned = config.mode == Mode::Tune && config.forced(Op::Halo).is_none();
+        let class = tuned.then(|| rank_tuner::class(entry, communicators(ops)));
+        let measured = match class {
+            Some(class) => {
+                let chosen =
+                    (expected && self.predicted_class == Some(class)).then_some(self.codelet);
+                rank_tuner::completed(entry, class, chosen, ran, unchanged, elapsed, now)
+            }
+            None => Measured::Other,
         };
         entry.record_ending(elapsed, ran, measured, now);
+        let prediction = Prediction {
+            entry,
+            class,
+            recvs: self.recvs,
+        };
         PREDICTIONS.with_borrow_mut(|p| {
             if p.len() >= MAX_PREDICTIONS {
                 p.clear();
             }
-            p.insert(self.first, (entry, self.recvs));
+            p.insert(self.first, prediction);
         });
         self.reset();
     }
+}
+
+/// The epochs of the communicators of an episode's messages, hashed: a handle MPI gives to a new
+/// communicator after the application freed the old one gets a new epoch (`comms`).
+fn communicators(ops: &[Posted]) -> u64 {
+    let mut h = FxHasher::default();
+    let mut last = None;
+    for op in ops {
+        let bits = op.comm.bits();
+        // Consecutive messages mostly share their communicator: one lookup for them.
+        if last != Some(bits) {
+            last = Some(bits);
+            h.write_u64(comms::of(op.comm).epoch.load(Ordering::Relaxed));
+        }
+    }
+    h.finish()
 }
 
 /// Why the forced halo codelet `forced` did not run an episode whose messages it did not post
@@ -459,7 +496,6 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         class.write_i32(op.peer);
         class.write_i32(op.tag);
         class.write_u64(size_class((op.count * mpi::type_size(op.datatype)).max(0) as u64).0);
-        class.write_usize(op.comm.bits());
     }
     Description {
         // Halo episodes are tuned per rank: nothing to agree on.

@@ -1,32 +1,43 @@
 //! The halo tuner (COMMTUNE_MODE=tune): each rank tunes its own episodes. A repeating episode key
-//! searches the halo codelets and keeps the fastest.
+//! searches the halo codelets, keeps the fastest, and checks the decision once.
 //!
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
-//! no collective. A sample is the episode's time (first post to last completion) or, with
-//! `COMMTUNE_TIMING=period`, the time from the previous completion of the same key to this one (an
-//! application iteration; each codelet then runs twice in a row and the first run is discarded).
-//! A codelet that posted some of an episode's messages natively (its requirements, see
-//! `CODELETS`) gives no sample; one that never manages to is dropped from the search, with a
-//! note in the report. `neighbor` is not searched here: ranks try it together once each has
-//! decided (`agreement`), and the samples of its instances go there.
+//! no collective. Samples are the collectives' (`commtune_tune::sampling::Sampler`): blocks of
+//! COMMTUNE_BLOCK instances of one codelet, the first not measured. An instance is the episode
+//! (first post to last completion) or, with `COMMTUNE_TIMING=period`, the time from the previous
+//! completion of the same key to this one (an application iteration); `barrier` times episodes as
+//! `local` does, as a rank alone holds no barrier. A codelet that posted some of an episode's
+//! messages natively (its requirements, see `CODELETS`) gives no sample; one that never manages
+//! to is dropped from the search, with a note in the report. `neighbor` is not searched here:
+//! ranks try it together once each has decided (`agreement`), and the samples of its instances go
+//! there.
+//!
+//! The self-check (`commtune_tune::check`) is the collectives' too, on this rank's times: a
+//! window of the winner's production instances after the decision, timed as the search timed,
+//! against its estimate; a clearly wrong decision searches again once with the other timing, a
+//! second one falls back to native.
+//!
+//! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
+//! communicators, so that a communicator handle MPI hands out again starts afresh.
 
+use std::hash::Hasher;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
-use rustc_hash::FxBuildHasher;
+use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
+use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
-use commtune_tune::stats::Samples;
+use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
-use commtune_tune::{Agreed, Candidate, Next, Partners, Plan, Timing};
-use commtune_tune::{budget, sampling};
+use commtune_tune::{Candidate, Next, Partners, Plan, Timing, budget};
 
 use crate::codelets;
-use crate::codelets::halo::{CODELETS, NEIGHBOR};
+use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::runtime;
 
@@ -37,11 +48,19 @@ const MAX_MISSES: u32 = 4;
 struct EpisodeTuner {
     instances: u64,
     search: Option<Search>,
-    /// The winner, once decided.
-    production: Option<usize>,
+    production: Option<Production>,
     /// The decided search, for the report.
     decided: Option<Plan>,
     search_instances: u64,
+    searches: u32,
+    /// The timing of the next search once a self-check found a decision wrong (None:
+    /// COMMTUNE_TIMING), and how many it found wrong.
+    timing: Option<Timing>,
+    wrong: u32,
+    /// The latest self-check: the prediction, the realised ticks per instance, the verdict.
+    checked: Option<(Prediction, f64, Verdict)>,
+    /// How tuning ended when the report's phase does not say it.
+    reason: Option<&'static str>,
     /// The previous completion's clock ticks and codelet (period timing).
     last: Option<(u64, usize)>,
     timeline: Timeline,
@@ -61,8 +80,8 @@ fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().tuning;
     let instances = sampling::search_instances(
         Search::candidates().len(),
-        settings.timing,
-        1,
+        t.timing.unwrap_or(settings.timing),
+        settings.block as usize,
         settings.samples,
     );
     t.not_worth = budget::ready(settings.budget, t.instances, born, now, instances).err();
@@ -70,46 +89,60 @@ fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
 }
 
 struct Search {
-    plan: Plan,
-    /// Instances of the current round so far.
-    step: usize,
-    samples: Samples,
+    sampler: Sampler,
+    /// The codelet of the next instance, and whether the sampler measures it.
+    next: (usize, bool),
     misses: u32,
 }
 
-/// Keyed by the episode's size class (`Description::class`): episodes whose messages differ
-/// only a little in size share one search.
+/// The winner in production, and its self-check until it is done.
+struct Production {
+    winner: usize,
+    /// What the search predicted (None once checked, or for a fallback that is not checked).
+    predicted: Option<Prediction>,
+    /// Production instances so far.
+    instances: u64,
+    /// The self-check's window: where its first instance started (period: the completion before
+    /// it) and each instance's duration.
+    window_start: Option<u64>,
+    window: Vec<u64>,
+}
+
+/// Keyed by `class`: episodes whose messages differ only a little in size share one search.
 static TUNING: LazyLock<DashMap<u64, EpisodeTuner, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
-fn class(entry: &Entry) -> u64 {
-    entry.description.class.unwrap_or(entry.id() as u64)
+/// The class of each entry's latest instance (by entry id), for the report and the agreement.
+static CLASS_OF: LazyLock<DashMap<usize, u64, FxBuildHasher>> = LazyLock::new(DashMap::default);
+
+/// The tuning class of an instance of `entry` whose communicators' epochs hash to
+/// `communicators` (`comms::Communicator::epoch`: a freed handle's successor gets a new one).
+pub fn class(entry: &Entry, communicators: u64) -> u64 {
+    let mut h = FxHasher::default();
+    h.write_u64(entry.description.class.unwrap_or(entry.id() as u64));
+    h.write_u64(communicators);
+    h.finish()
 }
 
-/// Runs of each codelet in a row per round.
-fn repeat() -> usize {
-    runtime::config().tuning.timing.repeat()
-}
-
-/// The codelet the next instance of `entry` runs.
-pub fn choose(entry: &'static Entry) -> usize {
-    let Some(t) = TUNING.get(&class(entry)) else {
-        return 0;
+/// The codelet the next instance of tuning class `class` runs.
+pub fn choose(class: u64) -> usize {
+    let Some(t) = TUNING.get(&class) else {
+        return NATIVE;
     };
-    if let Some(winner) = t.production {
-        return winner;
+    match (&t.production, &t.search) {
+        (Some(p), _) => p.winner,
+        (None, Some(s)) => s.next.0,
+        (None, None) => NATIVE,
     }
-    t.search
-        .as_ref()
-        .and_then(|s| s.plan.candidates.get(s.step / repeat()))
-        .map_or(0, |c| c.index)
 }
 
-/// An instance of `entry` completed at clock `now` after `ticks`: it was to run `chosen` (None
-/// when it was not predicted to be this key) and ran `ran` (native when the chosen codelet left
-/// every message as it was: `unchanged`). Returns what the instance was for the report.
+/// An instance of `entry` (tuning class `class`) completed at clock `now` after `ticks`: it was
+/// to run `chosen` (None when it was not predicted to be this key and class) and ran `ran`
+/// (native when the chosen codelet left every message as it was: `unchanged`). Returns what the
+/// instance was for the report.
 pub fn completed(
     entry: &'static Entry,
+    class: u64,
     chosen: Option<usize>,
     ran: usize,
     unchanged: bool,
@@ -117,93 +150,201 @@ pub fn completed(
     now: u64,
 ) -> Measured {
     let now_episode = EPISODES.fetch_add(1, Ordering::Relaxed);
-    let mut t = TUNING.entry(class(entry)).or_default();
+    if CLASS_OF.get(&entry.id()).is_none_or(|c| *c != class) {
+        CLASS_OF.insert(entry.id(), class);
+    }
+    let mut t = TUNING.entry(class).or_default();
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
-    if t.production.is_some() {
+    let timing = runtime::config().tuning.timing;
+    if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
-        let sample = match runtime::config().tuning.timing {
-            Timing::Period => previous
-                .filter(|&(_, codelet)| codelet == ran)
-                .map(|(at, _)| now.saturating_sub(at)),
-            Timing::Local | Timing::Barrier => Some(ticks),
-        };
-        sample
-            .into_iter()
-            .for_each(|s| agreement::sample(entry, ran == NEIGHBOR, s));
+        if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
+            agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
+        }
+        if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
+            self_check(t, predicted, realised);
+        }
         return Measured::Sample;
     }
     let Some(search) = &mut t.search else {
         let born = *t.born.get_or_insert(now_episode);
         if t.instances >= runtime::config().tuning.warmup && worth_searching(t, born, now_episode) {
-            t.search = Some(Search::new());
-            t.timeline.push(Mark::Search {
-                call: t.instances + 1,
-                search: 1,
-            });
+            start_search(t);
         }
         return Measured::Other;
     };
     t.search_instances += 1;
-    let Some(chosen) = chosen.filter(|&c| search.current() == Some(c)) else {
+    let (codelet, measured) = search.next;
+    let Some(chosen) = chosen.filter(|&c| c == codelet) else {
         return Measured::Search;
     };
-    if unchanged {
+    let start = instance_start(search.sampler.timing, previous, ran, ticks, now);
+    let decided = if unchanged {
         // Its samples would be native's.
         entry.note(format!(
             "halo codelet {} left the search: it changes nothing in this episode",
             CODELETS[chosen].name
         ));
-        search.drop_current();
-    }
-    let sample = match runtime::config().tuning.timing {
-        Timing::Period => previous
-            .filter(|&(_, codelet)| codelet == chosen && ran == chosen)
-            .map(|(at, _)| now.saturating_sub(at)),
-        Timing::Local | Timing::Barrier => (ran == chosen).then_some(ticks),
-    };
-    let last_of_codelet = runtime::config().tuning.timing.samples_at(search.step);
-    match sample {
-        _ if unchanged => {}
-        Some(ticks) if last_of_codelet => {
-            search.misses = 0;
-            search.samples.of(chosen).push(ticks as f64);
-            search.step += 1;
+        search.drop_next()
+    } else if ran == chosen && (start.is_some() || !measured) {
+        search.misses = 0;
+        let start = start.unwrap_or(now.saturating_sub(ticks));
+        search.sampler.ran(start, now, ticks);
+        // The block's last instance ends its sample (period: at this completion, which is
+        // where the next instance's period starts).
+        if let Some((codelet, ticks)) = search.sampler.close(now) {
             t.timeline.push(Mark::Sample {
                 call: t.instances,
-                codelet: chosen,
-                ticks: ticks as f64,
+                codelet,
+                ticks,
             });
         }
-        // The first run of a pair (period timing); the second then measures a whole period.
-        _ if ran == chosen && !last_of_codelet => search.step += 1,
-        // The second run of a pair whose first run did not count: run again.
-        _ if ran == chosen => {}
-        _ => {
-            search.misses += 1;
-            if search.misses >= MAX_MISSES {
-                entry.note(format!(
-                    "halo codelet {} did not apply to this episode's messages (requires {})",
-                    CODELETS[chosen].name,
-                    CODELETS[chosen].requirements()
-                ));
-                search.drop_current();
-            }
+        search.advance()
+    } else if ran == chosen {
+        // A measured period whose previous instance ran another codelet: run it again.
+        None
+    } else {
+        search.misses += 1;
+        if search.misses < MAX_MISSES {
+            None
+        } else {
+            entry.note(format!(
+                "halo codelet {} did not apply to this episode's messages (requires {})",
+                CODELETS[chosen].name,
+                CODELETS[chosen].requirements()
+            ));
+            search.drop_next()
         }
-    }
-    if search.step >= search.plan.candidates.len() * repeat()
-        && let Some(winner) = search.end_round()
-    {
-        t.production = Some(winner);
-        t.decided = t.search.take().map(|s| s.plan);
-        t.timeline.push(Mark::Decision {
-            call: t.instances,
-            winner,
-        });
+    };
+    if let Some(winner) = decided {
+        decide(t, winner);
     }
     Measured::Search
+}
+
+/// Where an instance that ran `ran` and ended at `now` after `ticks` started, timed with
+/// `timing`: `period`, at the previous completion of its class if that ran the same codelet
+/// (None otherwise); else at its first post.
+fn instance_start(
+    timing: Timing,
+    previous: Option<(u64, usize)>,
+    ran: usize,
+    ticks: u64,
+    now: u64,
+) -> Option<u64> {
+    match timing {
+        Timing::Period => previous
+            .filter(|&(_, codelet)| codelet == ran)
+            .map(|(at, _)| at),
+        Timing::Local | Timing::Barrier => Some(now.saturating_sub(ticks)),
+    }
+}
+
+/// Starts a search of `t`, with the timing a self-check chose if one did.
+fn start_search(t: &mut EpisodeTuner) {
+    let timing = t.timing.unwrap_or(runtime::config().tuning.timing);
+    t.search = Some(Search::new(timing));
+    t.searches += 1;
+    t.timeline.push(Mark::Search {
+        call: t.instances + 1,
+        search: t.searches,
+    });
+}
+
+/// The search of `t` decided `winner`: production, with a self-check to come.
+fn decide(t: &mut EpisodeTuner, winner: usize) {
+    let Some(search) = t.search.take() else {
+        return;
+    };
+    let predicted = search.sampler.prediction(winner);
+    t.production = Some(Production::new(winner, predicted));
+    t.decided = Some(search.sampler.plan);
+    t.timeline.push(Mark::Decision {
+        call: t.instances,
+        winner,
+    });
+}
+
+/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again
+/// with the other timing, or falls back to native.
+fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
+    let settings = runtime::config().tuning;
+    let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
+    t.checked = Some((predicted, realised, verdict));
+    let timing = match verdict {
+        Verdict::Kept => return,
+        Verdict::Reopen(timing) => Some(timing),
+        Verdict::Native => None,
+    };
+    t.wrong += 1;
+    t.timeline.push(Mark::Drift {
+        call: t.instances,
+        ratio: realised / predicted.winner,
+        reopened: timing.is_some(),
+    });
+    match timing {
+        Some(timing) => {
+            t.timing = Some(timing);
+            t.production = None;
+            start_search(t);
+        }
+        None => {
+            t.reason = Some("the self-check found two decisions wrong: native kept");
+            t.production = Some(Production::new(NATIVE, None));
+        }
+    }
+}
+
+impl Production {
+    fn new(winner: usize, predicted: Option<Prediction>) -> Production {
+        Production {
+            winner,
+            predicted,
+            instances: 0,
+            window_start: None,
+            window: Vec::new(),
+        }
+    }
+
+    /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
+    /// completion before it). Returns the prediction and the realised time once the self-check's
+    /// window is complete: the winner's instances 2 to 17 after the switch (the first pays for
+    /// the search's last), timed as the search timed; an instance that ran another codelet
+    /// restarts the window.
+    fn observe(
+        &mut self,
+        ran: usize,
+        previous: Option<(u64, usize)>,
+        ticks: u64,
+        now: u64,
+    ) -> Option<(Prediction, f64)> {
+        let predicted = self.predicted?;
+        self.instances += 1;
+        if self.instances < 2 {
+            return None;
+        }
+        let start = (ran == self.winner)
+            .then(|| instance_start(predicted.timing, previous, ran, ticks, now))
+            .flatten();
+        let Some(start) = start else {
+            self.window_start = None;
+            self.window.clear();
+            return None;
+        };
+        self.window_start.get_or_insert(start);
+        self.window.push(ticks);
+        let full = check::window(runtime::config().tuning.drift_interval);
+        if (self.window.len() as u64) < full {
+            return None;
+        }
+        let realised = check::realised(predicted.timing, self.window_start, &self.window, now);
+        self.predicted = None;
+        self.window = Vec::new();
+        Some((predicted, realised))
+    }
 }
 
 impl Search {
@@ -211,7 +352,7 @@ impl Search {
     fn candidates() -> Vec<Candidate> {
         let config = runtime::config();
         (0..CODELETS.len())
-            .filter(|&c| c == 0 || (c != NEIGHBOR && !config.excluded(Op::Halo, c)))
+            .filter(|&c| c == NATIVE || (c != NEIGHBOR && !config.excluded(Op::Halo, c)))
             .map(|index| Candidate {
                 index,
                 partners: Partners::Pair,
@@ -220,71 +361,67 @@ impl Search {
             .collect()
     }
 
-    fn new() -> Search {
-        let config = runtime::config();
-        Search {
-            plan: Plan::new(
-                config.tuning.search,
-                Search::candidates(),
-                config.tuning.samples,
-            ),
-            step: 0,
-            samples: Samples::default(),
+    fn new(timing: Timing) -> Search {
+        let settings = runtime::config().tuning;
+        let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
+        let mut search = Search {
+            sampler: Sampler::new(plan, timing, settings.block as usize),
+            next: (NATIVE, false),
             misses: 0,
-        }
+        };
+        // A first round is never empty (native is always a candidate): no decision yet.
+        search.advance();
+        search
     }
 
-    fn current(&self) -> Option<usize> {
-        self.plan
-            .candidates
-            .get(self.step / repeat())
-            .map(|c| c.index)
+    /// Moves to the next instance of the schedule, ending rounds on the way: the winner once
+    /// the policy decides.
+    fn advance(&mut self) -> Option<usize> {
+        let settings = runtime::config().tuning;
+        loop {
+            match self.sampler.turn() {
+                Turn::Run {
+                    codelet, measured, ..
+                } => {
+                    self.next = (codelet, measured);
+                    return None;
+                }
+                Turn::RoundEnd => {
+                    let estimates = self.sampler.estimates(settings.filter);
+                    let next = self
+                        .sampler
+                        .after_round(&estimates, false, settings.min_gain);
+                    if let Next::Decide(winner) = next {
+                        return Some(winner);
+                    }
+                }
+            }
+        }
     }
 
     /// The codelet being tried cannot run this episode: it leaves the race (native never does:
     /// it always applies).
-    fn drop_current(&mut self) {
-        let at = self.step / repeat();
-        self.plan.candidates.remove(at);
-        let candidates = &self.plan.candidates;
-        self.samples
-            .retain(|c| candidates.iter().any(|k| k.index == c));
-        self.step = at * repeat();
+    fn drop_next(&mut self) -> Option<usize> {
+        self.sampler.drop_candidate(self.next.0);
         self.misses = 0;
-    }
-
-    /// Ends a round: the winner, or None for another round.
-    fn end_round(&mut self) -> Option<usize> {
-        self.step = 0;
-        let config = runtime::config();
-        let estimates: Vec<Agreed> = self
-            .plan
-            .candidates
-            .iter()
-            .map(|c| self.samples.estimate(config.tuning.filter, c.index))
-            .collect();
-        match self
-            .plan
-            .after_round(&estimates, false, config.tuning.min_gain)
-        {
-            Next::Decide(winner) => Some(winner),
-            Next::Round => None,
-        }
+        self.advance()
     }
 }
 
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
-    TUNING
-        .get(&class(entry))
-        .is_some_and(|t| t.production.is_some())
+    let Some(class) = CLASS_OF.get(&entry.id()).map(|c| *c) else {
+        return false;
+    };
+    TUNING.get(&class).is_some_and(|t| t.production.is_some())
 }
 
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
     let names = codelets::names(Op::Halo);
-    let Some(t) = TUNING.get(&class(entry)) else {
+    let class = CLASS_OF.get(&entry.id()).map(|c| *c);
+    let Some(t) = class.and_then(|c| TUNING.get(&c)) else {
         return Progress {
             stage: Stage::Warmup,
             reason: Some(warmup_reason(0, warmup)),
@@ -298,22 +435,32 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let stage = match (&t.production, &t.search) {
         // `neighbor` is chosen by the ranks together, over this rank's own winner.
         (Some(_), _) if agreement::chosen(entry) => Stage::Production(NEIGHBOR),
-        (Some(winner), _) => Stage::Production(*winner),
+        (Some(p), _) => Stage::Production(p.winner),
         (None, Some(_)) => Stage::Search,
         (None, None) => Stage::Warmup,
     };
-    Progress {
+    let reason = match t.not_worth {
+        _ if stage != Stage::Warmup => t.reason.map(String::from),
+        Some((instances, remaining)) if t.instances >= warmup => {
+            Some(not_worth_reason(instances, remaining))
+        }
+        _ => Some(warmup_reason(t.instances, warmup)),
+    };
+    let mut data = Progress {
         stage,
-        reason: (stage == Stage::Warmup).then(|| match t.not_worth {
-            Some((instances, remaining)) if t.instances >= warmup => {
-                not_worth_reason(instances, remaining)
-            }
-            _ => warmup_reason(t.instances, warmup),
-        }),
-        plan: t.search.as_ref().map(|s| &s.plan).or(t.decided.as_ref()),
+        reason,
+        plan: t
+            .search
+            .as_ref()
+            .map(|s| &s.sampler.plan)
+            .or(t.decided.as_ref()),
         search_instances: t.search_instances,
-        searches: u32::from(t.search.is_some() || t.decided.is_some()),
+        searches: t.searches,
         timeline: Some(&t.timeline),
     }
-    .data(&names, ns_per_tick)
+    .data(&names, ns_per_tick);
+    data.check = t.checked.map(|(predicted, realised, verdict)| {
+        predicted.report(realised, verdict, &names, ns_per_tick)
+    });
+    data
 }

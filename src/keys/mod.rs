@@ -84,7 +84,8 @@ pub struct Description {
     pub facts: String,
     pub bytes_per_call: u64,
     /// Halo episodes (tuned per rank): the identity of the episodes that share one search, their
-    /// messages with bytes in size classes (`commtune_tune::classes`). None for collectives,
+    /// messages with bytes in size classes (`commtune_tune::classes`; the tuner adds their
+    /// communicators' epochs, `halo::rank_tuner::class`). None for collectives,
     /// whose `agree` already has sizes in classes.
     pub class: Option<u64>,
     /// The handles of the call whose meaning the description (above all `agree`) reads: when

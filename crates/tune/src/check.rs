@@ -2,6 +2,8 @@
 //! predicted. A search's samples can mislead (on a network, what a codelet leaves behind in the
 //! queues lands on the next one), so a decision is checked once it has run alone for a while.
 
+use commtune_report::SelfCheck;
+
 use crate::settings::Timing;
 
 /// A decision is wrong when the winner's realised time exceeds its prediction by more than this
@@ -94,6 +96,28 @@ impl Prediction {
     }
 }
 
+impl Prediction {
+    /// The report's view of a self-check that found `realised` ticks per call and gave
+    /// `verdict` (`names`: the operation's codelets).
+    pub fn report(
+        &self,
+        realised: f64,
+        verdict: Verdict,
+        names: &[&str],
+        ns_per_tick: f64,
+    ) -> SelfCheck {
+        let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
+        SelfCheck {
+            predicted_us: us(self.winner),
+            realised_us: us(realised),
+            runner_up: self.runner_up.map(|(i, _)| names[i].to_string()),
+            runner_up_us: self.runner_up.map(|(_, r)| us(r)),
+            timing: self.timing.name().to_string(),
+            verdict: verdict.name().to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +161,24 @@ mod tests {
         assert_eq!(realised(Timing::Local, Some(100), &durations, 250), 20.0);
         assert_eq!(realised(Timing::Period, Some(100), &durations, 250), 50.0);
         assert_eq!(realised(Timing::Period, None, &[], 250), 0.0);
+    }
+
+    #[test]
+    fn the_report_names_the_runner_up_in_microseconds() {
+        let check = predicted(1000.0, 2000.0).report(
+            3000.0,
+            Verdict::Reopen(Timing::Period),
+            &["native"],
+            2.0,
+        );
+        assert_eq!(check.predicted_us, 2.0);
+        assert_eq!(check.realised_us, 6.0);
+        assert_eq!(check.runner_up.as_deref(), Some("native"));
+        assert_eq!(check.runner_up_us, Some(4.0));
+        assert_eq!(
+            (check.timing.as_str(), check.verdict.as_str()),
+            ("local", "reopened")
+        );
     }
 
     #[test]

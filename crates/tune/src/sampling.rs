@@ -224,6 +224,21 @@ impl Sampler {
         })
     }
 
+    /// `codelet` cannot run this key (a halo codelet that never applies to its messages): it
+    /// leaves the race, its block and samples with it. Never native, which always applies.
+    pub fn drop_candidate(&mut self, codelet: usize) {
+        self.plan.candidates.retain(|c| c.index != codelet);
+        self.samples.retain(|c| c != codelet);
+        // Its instances leave the schedule whole blocks at a time (an open one's too), so the
+        // others' blocks keep their alignment.
+        self.position = self.schedule[..self.position]
+            .iter()
+            .filter(|&&c| c != codelet)
+            .count();
+        self.schedule.retain(|&c| c != codelet);
+        self.open.take_if(|b| b.codelet == codelet);
+    }
+
     /// Takes the round's agreed estimates (see `Plan::after_round`); on `Next::Round` the next
     /// round's instances are scheduled.
     pub fn after_round(&mut self, agreed: &[Agreed], stop: bool, min_gain: f64) -> Next {
@@ -319,6 +334,33 @@ mod tests {
         let (samples, barriers) = round(&mut s, &mut 0, 5, |c, _| [10, 20, 30][c]);
         assert_eq!(samples, [(0, 10.0), (1, 20.0), (2, 30.0)]);
         assert_eq!(barriers, [true, true, true]);
+    }
+
+    #[test]
+    fn a_dropped_candidate_leaves_the_round_mid_block() {
+        let mut s = Sampler::new(plan(&[0, 1, 2]), Timing::Local, 2);
+        // Runs `n` instances of 10 ticks each: their codelets and the samples they closed.
+        let runs = |s: &mut Sampler, n: usize| {
+            let (mut codelets, mut samples) = (Vec::new(), Vec::new());
+            for _ in 0..n {
+                samples.extend(s.close(0));
+                match s.turn() {
+                    Turn::Run { codelet, .. } => {
+                        s.ran(0, 10, 10);
+                        codelets.push(codelet);
+                    }
+                    Turn::RoundEnd => codelets.push(usize::MAX),
+                }
+            }
+            (codelets, samples)
+        };
+        assert_eq!(runs(&mut s, 3), (vec![0, 0, 1], vec![(0, 10.0)]));
+        s.drop_candidate(1);
+        // Codelet 1's open block gives no sample; codelet 2 follows.
+        assert_eq!(runs(&mut s, 3), (vec![2, 2, usize::MAX], vec![(2, 10.0)]));
+        let indices: Vec<usize> = s.plan.candidates.iter().map(|c| c.index).collect();
+        assert_eq!(indices, [0, 2]);
+        assert_eq!(s.estimates(Filter::Robust { nu: 5.0 }).len(), 2);
     }
 
     #[test]

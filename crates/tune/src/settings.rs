@@ -34,21 +34,6 @@ impl Timing {
             Timing::Period => "period",
         }
     }
-
-    /// Instances in a row each codelet runs per round: with period timing the first only ends
-    /// the previous codelet's period, the second is the sample.
-    pub fn repeat(self) -> usize {
-        match self {
-            Timing::Period => 2,
-            Timing::Local | Timing::Barrier => 1,
-        }
-    }
-
-    /// Whether the run at `position` of a round's schedule (each codelet `repeat()` times in a
-    /// row) gives a sample.
-    pub fn samples_at(self, position: usize) -> bool {
-        position % self.repeat() == self.repeat() - 1
-    }
 }
 
 /// The tuner's knobs.
@@ -98,11 +83,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn period_timing_samples_every_second_run() {
-        let sampled: Vec<bool> = (0..4).map(|p| Timing::Period.samples_at(p)).collect();
-        assert_eq!(sampled, [false, true, false, true]);
-        assert!((0..4).all(|p| Timing::Local.samples_at(p)));
-        assert_eq!(Timing::Barrier.repeat(), 1);
+    fn timings_parse_their_names() {
         for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
             assert_eq!(Timing::parse(timing.name()), Some(timing));
         }
