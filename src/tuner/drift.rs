@@ -7,7 +7,6 @@
 //! window before each check against the first, reduced over ranks; a search reopens after
 //! strikes in a row.
 
-use commtune_report::SelfCheck;
 use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
@@ -176,14 +175,7 @@ fn self_check<C: Operation>(
     let verdict = predicted.judge(realised, settings.min_gain, key.wrong);
     let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
-    key.check = Some(SelfCheck {
-        predicted_us: us(predicted.winner),
-        realised_us: us(realised),
-        runner_up: predicted.runner_up.map(|(i, _)| names[i].to_string()),
-        runner_up_us: predicted.runner_up.map(|(_, r)| us(r)),
-        timing: predicted.timing.name().to_string(),
-        verdict: verdict.name().to_string(),
-    });
+    key.check = Some(predicted.report(realised, verdict, &names, clock::ns_per_tick()));
     trace(at.entry, || {
         format!(
             "self-check of {}: predicted {:.0} us, realised {:.0} us: {}",
