@@ -1,7 +1,8 @@
 //! `commtune calibrate` with real Open MPI and MPICH jobs on 2 ranks: it writes `calibrate`
 //! entries for every operation and size asked for, with every codelet's estimate, and ping-pong
 //! entries; a rerun (after the time budget stopped it, or after Ctrl-C) does only what was
-//! missing; an injected delay keeps a codelet from winning anywhere; bad input is a clear error.
+//! missing; an injected delay keeps a codelet from winning anywhere; a later tuned run predicts
+//! from the calibration; bad input is a clear error.
 
 mod common;
 
@@ -11,8 +12,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Mpich, OpenMpi, all_but, alone, cli, root,
-    run_with_timeout, scratch,
+    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Mpich, OpenMpi, all_but, alone, cli, compile, root,
+    run, run_with_timeout, scratch, sites,
 };
 use commtune_history::{Entry, How};
 
@@ -300,6 +301,68 @@ fn a_delayed_codelet_never_wins() {
                 .expect("ring measured");
             assert!(ring.us > 4000.0, "{e:#?}");
         }
+    }
+}
+
+/// What a calibration measured, a later tuned run of another program uses: its allreduce starts
+/// with the calibration's winner, predicted from `calibrate` entries, and searches nothing.
+#[test]
+fn a_later_run_is_predicted_from_the_calibration() {
+    for flavour in [OpenMpi, Mpich] {
+        let dir = scratch(&format!("calibrate_then_run_{}", flavour.name()));
+        let store = dir.join("store");
+        // ring known to win (the others 20 ms slower), and slow enough itself (1 ms) that the
+        // safety net's comparison is not the machine's noise.
+        let mut delays = all_but("allreduce", ALLREDUCE, "ring", "20ms");
+        delays.push("allreduce:ring=1ms".to_string());
+        let delays = delays.join(",");
+        let mut command = calibrate(
+            flavour,
+            &["--ops", "allreduce", "--sizes", "16..256", "--points", "3"],
+            &store,
+        );
+        command.env("COMMTUNE_INJECT_DELAY", &delays);
+        let out = output(command);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            entries(&store)
+                .iter()
+                .any(|e| e.op == "allreduce" && e.bytes == 64 && e.how == How::Calibrate),
+            "{}",
+            text(&out)
+        );
+
+        // tuned_loop's allreduce: 8 doubles, 64 bytes, on 2 ranks like the calibration.
+        let exe = compile(flavour, "tuned_loop.c", &dir);
+        let job = run(flavour, 2, &exe, &dir)
+            .args(&["100"])
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_BUDGET", "1")
+            .env("COMMTUNE_INJECT_DELAY", &delays)
+            .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+            .env("COMMTUNE_PMAX", "20")
+            .go();
+        job.assert_success();
+        let report = job.report();
+        let site = sites(&report)
+            .iter()
+            .find(|s| s["op"] == "allreduce")
+            .expect("an allreduce site")
+            .clone();
+        let tuning = &site["tuning"];
+        let prediction = &tuning["prediction"];
+        assert_eq!(prediction["winner"], "ring", "{site:#}");
+        assert_eq!(prediction["outcome"], "confirmed", "{site:#}");
+        assert!(
+            prediction["from"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| f["how"] == "calibrate"),
+            "{site:#}"
+        );
+        assert_eq!(tuning["winner"], "ring", "{site:#}");
+        assert_eq!(tuning["search_instances"], 0, "{site:#}");
     }
 }
 

@@ -1,6 +1,6 @@
 //! The history store (COMMTUNE_HISTORY) with real Open MPI jobs: rank 0 records what the searches
-//! decided, `commtune history` lists it, jobs finishing at once lose nothing, and a damaged or
-//! unwritable store is one warning line, never a failed job.
+//! decided, `commtune history` lists it, eight jobs finishing at once lose nothing, and a
+//! damaged, read-only or unwritable store is one warning line, never a failed job.
 
 mod common;
 
@@ -99,22 +99,94 @@ fn decided_keys_are_recorded_and_listed() {
 }
 
 #[test]
-fn two_jobs_at_once_lose_nothing() {
+fn eight_jobs_at_once_lose_nothing() {
     let dir = scratch("history_together");
     let exe = compile(OpenMpi, "tuned_loop.c", &dir);
     let store = dir.join("store");
-    let jobs = Run::go_together(vec![
-        tuned(&exe, &dir, &store).env("COMMTUNE_REPORT", "first.json"),
-        tuned(&exe, &dir, &store).env("COMMTUNE_REPORT", "second.json"),
-    ]);
+    let runs = (0..8)
+        .map(|i| tuned(&exe, &dir, &store).env("COMMTUNE_REPORT", &format!("job{i}.json")))
+        .collect();
+    let jobs = Run::go_together(runs);
     for job in &jobs {
         correct(job);
         assert_eq!(warnings(job), Vec::<String>::new());
     }
-    assert_eq!(std::fs::read_dir(&store).unwrap().count(), 2);
+    assert_eq!(std::fs::read_dir(&store).unwrap().count(), 8);
     let entries = allreduce_entries(&store);
-    assert_eq!(entries.len(), 2, "{entries:#?}");
+    assert_eq!(entries.len(), 8, "{entries:#?}");
     assert!(entries.iter().all(|e| e.winner == "ring"), "{entries:#?}");
+}
+
+/// A read-only store: read-only by a read-only bind mount as root (root writes through
+/// permissions), by permissions otherwise.
+struct ReadOnly<'a>(&'a Path);
+
+impl<'a> ReadOnly<'a> {
+    fn new(dir: &'a Path) -> ReadOnly<'a> {
+        let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+        if root {
+            let path = dir.to_str().unwrap();
+            let mount = |args: &[&str]| {
+                let status = Command::new("mount").args(args).status().unwrap();
+                assert!(status.success(), "mount {args:?}");
+            };
+            mount(&["--bind", path, path]);
+            mount(&["-o", "remount,bind,ro", path]);
+        } else {
+            let mut permissions = std::fs::metadata(dir).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o555);
+            std::fs::set_permissions(dir, permissions).unwrap();
+        }
+        assert!(
+            std::fs::write(dir.join("probe"), b"x").is_err(),
+            "{dir:?} still writable"
+        );
+        ReadOnly(dir)
+    }
+}
+
+impl Drop for ReadOnly<'_> {
+    fn drop(&mut self) {
+        // Either undo succeeds for one of the two ways; the other fails harmlessly.
+        let _ = Command::new("umount").arg(self.0).status();
+        if let Ok(metadata) = std::fs::metadata(self.0) {
+            let mut permissions = metadata.permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+            let _ = std::fs::set_permissions(self.0, permissions);
+        }
+    }
+}
+
+#[test]
+fn read_only_store_is_read_and_one_warning() {
+    let dir = scratch("history_read_only");
+    let exe = compile(OpenMpi, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    let first = tuned(&exe, &dir, &store).go();
+    correct(&first);
+    assert_eq!(allreduce_entries(&store).len(), 1);
+    let read_only = ReadOnly::new(&store);
+    let second = tuned(&exe, &dir, &store)
+        .env("COMMTUNE_REPORT", "second.json")
+        .env("COMMTUNE_PMAX", "20")
+        .go();
+    correct(&second);
+    let lines = warnings(&second);
+    assert_eq!(lines.len(), 1, "{}", second.stderr());
+    assert!(
+        lines[0].contains("cannot add to the history store"),
+        "{lines:?}"
+    );
+    // Read all the same: the allreduce was predicted from the first job's entry.
+    let report = second.report();
+    let site = common::sites(&report)
+        .iter()
+        .find(|s| s["op"] == "allreduce")
+        .expect("an allreduce site")
+        .clone();
+    assert_eq!(site["tuning"]["prediction"]["winner"], "ring", "{site:#}");
+    drop(read_only);
+    assert_eq!(allreduce_entries(&store).len(), 1);
 }
 
 #[test]

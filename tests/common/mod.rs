@@ -311,7 +311,11 @@ impl Run<'_> {
 
     /// The launcher's command line for the job, and where its report goes.
     fn command(&self) -> (Command, PathBuf) {
-        let report_path = self.dir.join("report.json");
+        // The ranks run in `dir`: a relative COMMTUNE_REPORT is relative to it.
+        let report_path = match self.env.iter().find(|(k, _)| k == "COMMTUNE_REPORT") {
+            Some((_, path)) => self.dir.join(path),
+            None => self.dir.join("report.json"),
+        };
         let _ = std::fs::remove_file(&report_path);
         let mut cmd = if self.on_cluster {
             cluster_launcher(self.flavour, self.np)
