@@ -99,16 +99,17 @@ fn calls_per_point(samples: u32) -> u32 {
     (8 + 2 * 8) * samples + 40
 }
 
-/// Samples per codelet: COMMTUNE_SAMPLES if the user set it, else 8, twice the library's
-/// default: a calibration runs once, and with 4 samples the winner of a size predicted the
-/// best codelet of its neighbour within 10 % for 71 to 93 % of the sizes, with 8 for 84 to 98 %
-/// (shared memory, 2 ranks, Open MPI, at one time).
+/// Samples per codelet: COMMTUNE_SAMPLES if the user set it, else 32, eight times the library's
+/// default: a calibration runs once, and its noise is what limits every prediction from it.
+/// Leave-one-out prediction within 10 % (`commtune map`, 40 points, shared memory, 2 ranks,
+/// two or three calibrations each): Open MPI 93 % with 8 samples, 96 % with 16 and 32; MPICH
+/// 90 to 92 % with 8 and 16, 93 to 96 % with 32 (LD_PRELOAD.md, "Calibration").
 fn samples() -> u32 {
     std::env::var("COMMTUNE_SAMPLES")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .filter(|s| (1..=1000).contains(s))
-        .unwrap_or(8)
+        .unwrap_or(32)
 }
 
 /// Launcher runs a size gets before calibrate gives up on it.
