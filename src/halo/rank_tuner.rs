@@ -274,17 +274,11 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let settings = runtime::config().tuning;
     let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
     t.checked = Some((predicted, realised, verdict));
-    let timing = match verdict {
-        Verdict::Kept => return,
-        Verdict::Reopen(timing) => Some(timing),
-        Verdict::Native => None,
+    let Some((mark, timing)) = verdict.wrong(t.instances, realised, predicted.winner) else {
+        return;
     };
     t.wrong += 1;
-    t.timeline.push(Mark::Drift {
-        call: t.instances,
-        ratio: realised / predicted.winner,
-        reopened: timing.is_some(),
-    });
+    t.timeline.push(mark);
     match timing {
         Some(timing) => {
             t.timing = Some(timing);
@@ -292,7 +286,7 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
             start_search(t);
         }
         None => {
-            t.reason = Some("the self-check found two decisions wrong: native kept");
+            t.reason = Some(check::NATIVE_KEPT);
             t.production = Some(Production::new(NATIVE, None));
         }
     }

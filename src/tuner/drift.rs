@@ -7,7 +7,7 @@
 //! window before each check against the first, reduced over ranks; a search reopens after
 //! strikes in a row.
 
-use commtune_tune::check::{self, Prediction, Verdict};
+use commtune_tune::check::{self, Prediction};
 use commtune_tune::timeline::Mark;
 
 use super::search::{search_step, start_search, trace};
@@ -185,19 +185,11 @@ fn self_check<C: Operation>(
             verdict.name()
         )
     });
-    let timing = match verdict {
-        Verdict::Kept => return None,
-        Verdict::Reopen(timing) => Some(timing),
-        Verdict::Native => None,
-    };
+    let (mark, timing) = verdict.wrong(at.k, realised, predicted.winner)?;
     key.wrong += 1;
-    key.timeline.push(Mark::Drift {
-        call: at.k,
-        ratio: realised / predicted.winner,
-        reopened: timing.is_some(),
-    });
+    key.timeline.push(mark);
     let Some(timing) = timing else {
-        key.reason = Some("the self-check found two decisions wrong: native kept");
+        key.reason = Some(check::NATIVE_KEPT);
         let production = Phase::Production(Production::new(0, None));
         let drift_at = at.k + settings.drift_interval;
         at.tuner.settle(key, 0, production, drift_at);

@@ -105,6 +105,15 @@ fn estimates(entry: &Entry) -> String {
     }
 }
 
+/// The store `dir`, merged; what it had to skip is one warning line on stderr.
+pub fn load(dir: &Path) -> Loaded {
+    let loaded = history::load(dir);
+    if let Some(warning) = loaded.warning(dir) {
+        eprintln!("{warning}");
+    }
+    loaded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

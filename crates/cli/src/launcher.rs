@@ -177,6 +177,15 @@ fn program_flavour(program: &Path) -> Result<Option<(Flavour, String)>, String> 
         .map(|(f, soname)| (f, format!("{} links {soname}", program.display()))))
 }
 
+/// The names `command` goes by: itself, then the path it resolves to (`which`) and each link
+/// from there.
+pub fn names(command: &str, resolved: Option<&Path>) -> Vec<String> {
+    std::iter::once(PathBuf::from(command))
+        .chain(resolved.map_or_else(Vec::new, symlink_chain))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// The launcher (how to pass variables), the MPI its name or `--version` gives, and the chain of
 /// names it goes by (for messages).
 fn identify_launcher(
@@ -185,13 +194,7 @@ fn identify_launcher(
 ) -> Result<(Launcher, Option<Flavour>, String), String> {
     let first = command.first().ok_or("no command given")?;
     let resolved = which(first);
-    let names: Vec<String> = match &resolved {
-        Some(path) => std::iter::once(PathBuf::from(first))
-            .chain(symlink_chain(path))
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect(),
-        None => vec![first.clone()],
-    };
+    let names = names(first, resolved.as_deref());
     let chain = names.join(" -> ");
     let (launcher, flavour) = match classify_names(&names) {
         NameClass::Known(l) => (l, l.flavour()),

@@ -397,10 +397,7 @@ fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
 /// Lists the store; what it had to skip is one warning line on stderr.
 fn list_history(args: HistoryArgs) -> Result<(), Failure> {
     let dir = history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
-    let loaded = commtune_history::load(&dir);
-    if let Some(warning) = loaded.warning(&dir) {
-        eprintln!("{warning}");
-    }
+    let loaded = history::load(&dir);
     emit(&history::text(&dir, &loaded))
 }
 
@@ -417,24 +414,13 @@ fn show_map(args: MapArgs) -> Result<(), Failure> {
         }
     };
     let dir = history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
-    let loaded = commtune_history::load(&dir);
-    if let Some(warning) = loaded.warning(&dir) {
-        eprintln!("{warning}");
-    }
+    let loaded = history::load(&dir);
     let options = map::Options {
         op: args.op,
         pmax,
         tolerance,
     };
-    let later = args
-        .against
-        .as_ref()
-        .map(|dir| (dir, commtune_history::load(dir)));
-    if let Some((dir, loaded)) = &later
-        && let Some(warning) = loaded.warning(dir)
-    {
-        eprintln!("{warning}");
-    }
+    let later = args.against.as_ref().map(|dir| (dir, history::load(dir)));
     let later = later
         .as_ref()
         .map(|(dir, loaded)| map::Later { dir, loaded });

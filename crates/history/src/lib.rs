@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 pub mod map;
 pub mod predict;
 
+/// The collectives whose decisions the store holds, as entries name them.
+pub const OPERATIONS: [&str; 3] = ["allreduce", "alltoall", "allgatherv"];
+
 /// The version of the format this crate writes and reads.
 pub const VERSION: u32 = 1;
 

@@ -5,6 +5,7 @@
 use commtune_report::SelfCheck;
 
 use crate::settings::Timing;
+use crate::timeline::Mark;
 
 /// A decision is wrong when the winner's realised time exceeds its prediction by more than this
 /// share and also exceeds the runner-up's prediction (by more than the minimum gain): a winner
@@ -51,7 +52,27 @@ pub enum Verdict {
     Native,
 }
 
+/// The reason a key (collective or halo) runs native after its second wrong decision.
+pub const NATIVE_KEPT: &str = "the self-check found two decisions wrong: native kept";
+
 impl Verdict {
+    /// For a decision found wrong at `call` with `realised` against `predicted` per call: the
+    /// timeline's mark, and the timing to search again with (None: native from now on). None
+    /// when the decision stands.
+    pub fn wrong(self, call: u64, realised: f64, predicted: f64) -> Option<(Mark, Option<Timing>)> {
+        let timing = match self {
+            Verdict::Kept => return None,
+            Verdict::Reopen(timing) => Some(timing),
+            Verdict::Native => None,
+        };
+        let mark = Mark::Drift {
+            call,
+            ratio: realised / predicted,
+            reopened: timing.is_some(),
+        };
+        Some((mark, timing))
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Kept => "kept",

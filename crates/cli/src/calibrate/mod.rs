@@ -131,11 +131,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         ));
     }
     let first = &args.command[0];
-    let names: Vec<String> = std::iter::once(PathBuf::from(first))
-        .chain(launcher::which(first).map_or_else(Vec::new, |p| launcher::symlink_chain(&p)))
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    if launcher::classify_names(&names) == launcher::NameClass::Program {
+    if launcher::classify_names(&launcher::names(first, launcher::which(first).as_deref()))
+        == launcher::NameClass::Program
+    {
         return Err(usage(format!(
             "`{first}` is not a launcher: calibrate runs its own program under one (mpirun, \
              mpiexec, srun), e.g. `commtune calibrate -- mpirun -np 4`"

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use commtune_history::Entry;
 use commtune_tune::classes::class_name;
 
-/// The operations a calibration can sample, as the library and the history name them.
-pub const OPS: [&str; 3] = ["allreduce", "alltoall", "allgatherv"];
+pub use commtune_history::OPERATIONS as OPS;
 
 /// Refinement stops where two neighbouring sizes are closer than this factor: below the size
 /// classes' 1.5 (the library tunes per class) a finer winner boundary is noise.

@@ -43,10 +43,7 @@ const MPICH_LIBRARIES: [&str; 4] = [
 
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let dir = crate::history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
-    let loaded = commtune_history::load(&dir);
-    if let Some(warning) = loaded.warning(&dir) {
-        eprintln!("{warning}");
-    }
+    let loaded = crate::history::load(&dir);
     if loaded.entries.is_empty() {
         return Err(Failure::new(
             1,

@@ -11,11 +11,11 @@ pub mod openmpi;
 use std::collections::BTreeMap;
 
 use commtune_history::Entry;
+use commtune_history::predict;
 
 use crate::flavour::Flavour;
 
-/// The operations an export covers, as the store names them.
-pub const OPERATIONS: [&str; 3] = ["allreduce", "alltoall", "allgatherv"];
+pub use commtune_history::OPERATIONS;
 
 /// One operation at one communicator size: its winners over message sizes.
 #[derive(Clone, PartialEq, Debug)]
@@ -98,36 +98,16 @@ pub fn select(entries: &[Entry], flavour: Flavour, comm_sizes: &[u32]) -> Select
 
 /// The winner at one size: the entries' own when they agree (a search's decision weighs more
 /// than its estimates: a codelet must beat native clearly to win); when jobs disagree, the
-/// codelet with the lowest median estimate over the entries that measured it.
+/// fastest of the problem the history merges them into (per codelet the median estimate).
 fn winner(entries: &[&Entry]) -> String {
     let first = &entries[0].winner;
     if entries.iter().all(|e| &e.winner == first) {
         return first.clone();
     }
-    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for entry in entries {
-        for estimate in &entry.estimates {
-            times
-                .entry(estimate.codelet.as_str())
-                .or_default()
-                .push(estimate.us);
-        }
-    }
-    times
-        .into_iter()
-        .map(|(codelet, mut us)| (median(&mut us), codelet))
-        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)))
-        .map_or_else(|| first.clone(), |(_, codelet)| codelet.to_string())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
+    let jobs: Vec<Entry> = entries.iter().map(|&e| e.clone()).collect();
+    predict::merge(&jobs)
+        .first()
+        .map_or_else(|| first.clone(), |problem| problem.best().0.to_string())
 }
 
 /// Ranges from winners at ascending measured sizes: each size rules up to the geometric
