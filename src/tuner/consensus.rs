@@ -9,10 +9,13 @@ use commtune_tune::Agreed;
 /// What a checkpoint found about the key each rank is at.
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Checkpoint {
-    /// Every rank is at the same key and it is ready to be tuned; with the history's prediction
-    /// when every rank predicted the same winner (registry index) and time (microseconds per
-    /// call, the largest of the ranks').
-    Agreed(Option<(usize, f64)>),
+    /// Every rank is at the same key and it has warmed up: the history's prediction when every
+    /// rank predicted the same winner (registry index) and time (microseconds per call, the
+    /// largest of the ranks'); `search`: every rank found a search worth its cost (do no harm).
+    Agreed {
+        prediction: Option<(usize, f64)>,
+        search: bool,
+    },
     /// Every rank proposed a key, but not the same one.
     Disagreed,
     /// Some ranks proposed a key, others had none ready.
@@ -25,12 +28,14 @@ pub enum Checkpoint {
 /// do (an entry learnt in this run is converted from clock ticks on each rank).
 const SAME_TIME: f64 = 0.01;
 
-/// Reduces each rank's proposal (the key's agreement hash, or None when its key is not ready)
-/// and its prediction (winner index and microseconds per call, or None).
+/// Reduces each rank's proposal (the key's agreement hash, or None when its key has not warmed
+/// up), its prediction (winner index and microseconds per call, or None) and whether it finds
+/// a search worth its cost: a rank's own view of any of them never starts anything alone.
 pub fn checkpoint(
     comm: &Comm,
     proposal: Option<u64>,
     predicted: Option<(usize, f64)>,
+    worth_searching: bool,
 ) -> MpiResult<Checkpoint> {
     // Hashes are cut to 62 bits so that negating them (to get the minimum from MPI_MAX) cannot
     // overflow; 0 is "no proposal". A time's bits (never negative) order as the time does.
@@ -38,17 +43,20 @@ pub fn checkpoint(
     let ready = i64::from(proposal.is_some());
     let winner = predicted.map_or(0, |(w, _)| w as i64 + 1);
     let time = predicted.map_or(0, |(_, us)| us.max(0.0).to_bits() as i64);
-    let [hash, ready, winner, time] = comm.min_max_i64([hash, ready, winner, time])?;
+    let worth = i64::from(worth_searching);
+    let [hash, ready, winner, time, worth] =
+        comm.min_max_i64([hash, ready, winner, time, worth])?;
     let us = |bits: i64| f64::from_bits(bits as u64);
     Ok(match (ready.max, ready.min) {
         (0, _) => Checkpoint::Nothing,
         (_, 0) => Checkpoint::Partial,
-        _ if hash.same_everywhere() => Checkpoint::Agreed(
-            (winner.min > 0
+        _ if hash.same_everywhere() => Checkpoint::Agreed {
+            prediction: (winner.min > 0
                 && winner.same_everywhere()
                 && us(time.max) <= us(time.min) * (1.0 + SAME_TIME))
                 .then(|| ((winner.min - 1) as usize, us(time.max))),
-        ),
+            search: worth.min == 1,
+        },
         _ => Checkpoint::Disagreed,
     })
 }

@@ -185,7 +185,15 @@ fn self_check<C: Operation>(
             verdict.name()
         )
     });
-    let (mark, timing) = verdict.wrong(at.k, realised, predicted.winner)?;
+    let Some((mark, timing)) = verdict.wrong(at.k, realised, predicted.winner) else {
+        // Only a decision its production confirmed predicts later calls of this run.
+        if let Some(plan) = &key.decided {
+            let us = clock::ns_per_tick() * 1e-3;
+            let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
+            knowledge::learn(at.entry, estimates, winner, How::Search);
+        }
+        return None;
+    };
     key.wrong += 1;
     key.timeline.push(mark);
     let Some(timing) = timing else {

@@ -8,7 +8,6 @@ use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
 use commtune_tune::{budget, check};
 
-use commtune_history::How;
 use commtune_history::predict::Predicted;
 use commtune_report::{HistoryPrediction, HistorySource};
 
@@ -45,24 +44,30 @@ pub(super) fn checkpoint<C: Operation>(
     };
     let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
     let prediction = if warm { predict(at) } else { None };
-    // A predicted key costs no search: the budget does not hold it back.
-    let ready = warm
-        && (prediction.is_some() || {
-            let instances = search_instances(at);
-            let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
-            key.not_worth = ready.err();
-            key.not_worth.is_none()
-        });
-    let proposal = ready.then_some(at.key.agree_hash());
+    // Whether a search pays is agreed in the checkpoint too (a predicted key costs no search:
+    // the budget does not hold it back), so that no rank's own view starts or skips one.
+    let worth_searching = warm && {
+        let instances = search_instances(at);
+        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
+        key.not_worth = ready.err();
+        key.not_worth.is_none()
+    };
+    let proposal = warm.then_some(at.key.agree_hash());
     let predicted = prediction.as_ref().map(|(winner, p)| (*winner, p.us));
-    match consensus::checkpoint(&private, proposal, predicted) {
-        Ok(consensus::Checkpoint::Agreed(Some((winner, us)))) => {
+    match consensus::checkpoint(&private, proposal, predicted, worth_searching) {
+        Ok(consensus::Checkpoint::Agreed {
+            prediction: Some((winner, us)),
+            ..
+        }) => {
             comm.interval = MIN_INTERVAL;
             if let Some((_, prediction)) = prediction {
                 start_predicted(at, key, winner, us, &prediction);
             }
         }
-        Ok(consensus::Checkpoint::Agreed(None)) => {
+        Ok(consensus::Checkpoint::Agreed {
+            prediction: None,
+            search: true,
+        }) => {
             comm.interval = MIN_INTERVAL;
             start_search(at, comm, key);
         }
@@ -80,7 +85,14 @@ pub(super) fn checkpoint<C: Operation>(
             comm.interval = MIN_INTERVAL;
             key.partial += 1;
         }
-        Ok(consensus::Checkpoint::Nothing) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
+        // Nothing ready, or a key whose search would not pay yet: checkpoints come more rarely.
+        Ok(
+            consensus::Checkpoint::Nothing
+            | consensus::Checkpoint::Agreed {
+                prediction: None,
+                search: false,
+            },
+        ) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
         Err(_) => return at.slot.disable(comm),
     }
     at.slot.schedule_check(comm, at.n);
@@ -273,11 +285,6 @@ pub(super) fn search_step<C>(
                 phase,
                 k + check::first_check(settings.drift_interval),
             );
-            if let Some(plan) = &key.decided {
-                let us = clock::ns_per_tick() * 1e-3;
-                let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
-                knowledge::learn(entry, estimates, winner, How::Search);
-            }
             slot.set_active(comm, None);
             slot.next_check.store(n + 1, Ordering::Relaxed);
             return Step {
