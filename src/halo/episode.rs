@@ -320,7 +320,10 @@ impl Tracker {
         }
         let now = clock::now();
         let elapsed = now.saturating_sub(self.first_post);
-        let tuned = config.mode == Mode::Tune && config.forced(Op::Halo).is_none();
+        // Halo codelets reorder, batch or repackage an exchange's messages; one message has
+        // nothing of that to gain, so a search could only cost (LAMMPS's lone receives).
+        let exchange = real().nth(1).is_some();
+        let tuned = config.mode == Mode::Tune && config.forced(Op::Halo).is_none() && exchange;
         let class = tuned.then(|| rank_tuner::class(entry, communicators(ops)));
         let measured = match class {
             Some(class) => {
@@ -386,6 +389,10 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
 /// Why halo codelets that need every MPI call to pass through the library do not apply.
 const HIDDEN: &str = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
 
+/// Why an episode of one message is never tuned (the report's note).
+const SINGLE_MESSAGE: &str =
+    "one message: not tuned (halo codelets reorder, batch or repackage an exchange's messages)";
+
 /// What keeps halo codelets from changing an episode, for the report.
 fn limits(ops: &[Posted]) -> Vec<String> {
     let real: Vec<&Posted> = ops.iter().filter(|o| o.peer != mpi::proc_null()).collect();
@@ -393,6 +400,9 @@ fn limits(ops: &[Posted]) -> Vec<String> {
         return vec!["every message goes to MPI_PROC_NULL: no halo codelet changes it".into()];
     }
     let mut notes = Vec::new();
+    if real.len() == 1 {
+        notes.push(SINGLE_MESSAGE.into());
+    }
     if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
         notes.push("halo codelet persistent: counts beyond an int are posted natively".into());
     }
