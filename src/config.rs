@@ -150,7 +150,7 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_HALO_NEIGHBOR", "off", "off, on"),
     knob("COMMTUNE_SEARCH", "attributes", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
-    knob("COMMTUNE_TIMING", "local", "local, barrier, period"),
+    knob("COMMTUNE_TIMING", "barrier", "local, barrier, period"),
     knob("COMMTUNE_SAMPLES", "4", "an integer from 1 to 1000"),
     knob("COMMTUNE_BLOCK", "1", "an integer from 1 to 64"),
     knob("COMMTUNE_WARMUP", "3", "an integer from 1 to 1000000"),

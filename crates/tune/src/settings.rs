@@ -66,7 +66,7 @@ impl Default for Settings {
         Settings {
             search: Search::Attributes,
             filter: Filter::Robust { nu: 5.0 },
-            timing: Timing::Local,
+            timing: Timing::Barrier,
             samples: 4,
             block: 1,
             warmup: 3,
