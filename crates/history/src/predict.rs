@@ -42,6 +42,10 @@ pub enum Predictor {
     Closest,
     /// A 1/distance-weighted vote of the measured problems whose reach covers the problem.
     Vote,
+    /// Where a measured problem covers the problem: the codelet with the least time as a local
+    /// fit of every codelet's measured times along the message size predicts it (Brunet et al.
+    /// interpolate samples; the fit also averages out a noisy one), else the vote.
+    Fit,
     /// No measured problem covers it: the decision map of the operation.
     Map,
 }
@@ -51,6 +55,7 @@ impl Predictor {
         match self {
             Predictor::Closest => "closest",
             Predictor::Vote => "vote",
+            Predictor::Fit => "fit",
             Predictor::Map => "map",
         }
     }
@@ -79,6 +84,17 @@ pub struct Predicted {
 /// module's documentation).
 pub const COMM_WEIGHT: f64 = 4.0;
 
+/// The width, in octaves of the message size, of the weights of `Predictor::Fit` (the standard
+/// deviation of a Gaussian): chosen on one store family (Open MPI, 2 ranks on shared memory, three
+/// calibrations of 40 sizes × 3 operations) among 0.15–0.75, where 0.35 predicted the most
+/// problems within 10 %; the other stores were only measured with it.
+pub const FIT_WIDTH: f64 = 0.35;
+
+/// The fit of `Predictor::Fit` reads at most this many measured sizes on either side (at the
+/// calibrations' densest, a quarter octave apart, the whole window), so that it stays cheap
+/// however dense a store.
+pub const FIT_SIDE: usize = 6;
+
 /// No problem reaches farther than this distance (8× the message at one communicator size):
 /// beyond, the history says little, and the bound keeps the analysis and the lookups local.
 pub const MAX_REACH: f64 = 3.0;
@@ -91,7 +107,7 @@ pub const NEIGHBOURS: usize = 32;
 /// (`commtune map`, 40 sizes × 3 operations at 2, 3 and 4 ranks of one machine) it predicted 81 %
 /// of the problems within 10 % against the closest entry's 79 % (72 % against 70 % within 5 %):
 /// several neighbours outvote one noisy measurement.
-pub const DEFAULT_PREDICTOR: Predictor = Predictor::Vote;
+pub const DEFAULT_PREDICTOR: Predictor = Predictor::Fit;
 
 /// One problem of the history: every entry of one (operation, communicator size, bytes) merged.
 #[derive(Clone, Debug, PartialEq)]
@@ -519,6 +535,9 @@ impl<'a> View<'a> {
             _ if covering.is_empty() => None,
             Predictor::Closest => closest(op, &covering),
             Predictor::Vote => vote(op, &covering),
+            Predictor::Fit => self
+                .fastest_fitted(problem, applicable)
+                .or_else(|| vote(op, &covering)),
             Predictor::Map => None,
         };
         if let Some((winner, from)) = chosen {
@@ -600,6 +619,64 @@ impl<'a> View<'a> {
         let (t0, t1) = (self.time(below, codelet), self.time(above, codelet));
         let t = t0 * (t1 / t0).powf((log2(bytes) - x0) / (x1 - x0));
         Some((t, vec![below, above]))
+    }
+
+    /// The applicable codelet with the least fitted time at `problem` (ties: the first by name),
+    /// with the problems of the fit; None without a measured size of its communicator size
+    /// within `4·FIT_WIDTH` octaves (of which it reads the `FIT_SIDE` nearest on either side). Each codelet's log time is a straight line along log bytes
+    /// fitted by least squares through the measured sizes, each weighted
+    /// `exp(−½(dx/FIT_WIDTH)²)` by its distance `dx` in octaves (a constant where the sizes
+    /// cannot place a line).
+    fn fastest_fitted(
+        &self,
+        problem: &Problem,
+        applicable: &dyn Fn(&str) -> bool,
+    ) -> Option<(String, Vec<usize>)> {
+        let op = self.operation;
+        let g = op
+            .groups
+            .binary_search_by(|g| g.comm_size.cmp(&problem.comm_size))
+            .ok()?;
+        let group = &op.groups[g];
+        let x = log2(problem.bytes);
+        let at = group.start + op.points[group.start..group.end].partition_point(|p| p.x < x);
+        let within =
+            |j: &usize| Some(*j) != self.held_out && (op.points[*j].x - x).abs() <= 4.0 * FIT_WIDTH;
+        let below = (group.start..at).rev().filter(within).take(FIT_SIDE);
+        let above = (at..group.end).filter(within).take(FIT_SIDE);
+        let mut near: Vec<usize> = below.chain(above).collect();
+        near.sort_unstable();
+        let weighted: Vec<(&Measured, f64, f64)> = near
+            .iter()
+            .map(|&j| {
+                let p = &op.points[j];
+                let dx = p.x - x;
+                (&p.measured, dx, (-0.5 * (dx / FIT_WIDTH).powi(2)).exp())
+            })
+            .collect();
+        let mut codelets: Vec<&str> = weighted
+            .iter()
+            .flat_map(|(m, _, _)| m.times.iter().map(|(c, _)| c.as_str()))
+            .filter(|c| applicable(c))
+            .collect();
+        codelets.sort_unstable();
+        codelets.dedup();
+        let mut fastest: Option<(&str, f64)> = None;
+        let mut samples = Vec::with_capacity(weighted.len());
+        for codelet in codelets {
+            samples.clear();
+            samples.extend(
+                weighted
+                    .iter()
+                    .filter_map(|&(m, dx, w)| Some((dx, m.time(codelet)?.ln(), w))),
+            );
+            let fitted = weighted_line_at_zero(&samples);
+            if fastest.is_none_or(|(_, best)| fitted < best) {
+                fastest = Some((codelet, fitted));
+            }
+        }
+        let (codelet, _) = fastest?;
+        Some((codelet.to_string(), near))
     }
 
     /// The nearest problem of the operation that measured `codelet`.
@@ -827,6 +904,21 @@ impl Evaluation {
         self.within += usize::from(penalty <= pmax);
         self.time_within += usize::from((p.us / measured - 1.0).abs() <= pmax);
     }
+}
+
+/// The value at 0 of the line fitted by weighted least squares through `(x, y, weight)`; the
+/// weighted mean of y where the x do not spread.
+fn weighted_line_at_zero(samples: &[(f64, f64, f64)]) -> f64 {
+    let total: f64 = samples.iter().map(|s| s.2).sum();
+    let mean =
+        |f: fn(&(f64, f64, f64)) -> f64| samples.iter().map(|s| s.2 * f(s)).sum::<f64>() / total;
+    let (mx, my) = (mean(|s| s.0), mean(|s| s.1));
+    let sxx: f64 = samples.iter().map(|s| s.2 * (s.0 - mx).powi(2)).sum();
+    if sxx <= 1e-9 * total {
+        return my;
+    }
+    let sxy: f64 = samples.iter().map(|s| s.2 * (s.0 - mx) * (s.1 - my)).sum();
+    my - sxy / sxx * mx
 }
 
 /// The closest covering problem's winner (ties: the first problem).
