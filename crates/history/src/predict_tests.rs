@@ -321,6 +321,8 @@ fn the_fit_sees_a_crossover_that_the_winners_around_it_outvote() {
         .unwrap();
     assert_eq!(fit.winner, "linear");
     assert!(fit.from.iter().any(|s| s.bytes == 1 << 16), "{fit:?}");
+    // The library predicts with the fit.
+    assert_eq!(knowledge.predict(&between, &any), Some(fit));
     // Leave-one-out over the same problems: the fit misses no more than the vote.
     let measured = merge(&entries);
     let fit = leave_one_out(&measured, 0.1, Predictor::Fit);
