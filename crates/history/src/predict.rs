@@ -640,11 +640,11 @@ impl<'a> View<'a> {
         let group = &op.groups[g];
         let x = log2(problem.bytes);
         let at = group.start + op.points[group.start..group.end].partition_point(|p| p.x < x);
-        let within =
-            |j: &usize| Some(*j) != self.held_out && (op.points[*j].x - x).abs() <= 4.0 * FIT_WIDTH;
-        let below = (group.start..at).rev().filter(within).take(FIT_SIDE);
-        let above = (at..group.end).filter(within).take(FIT_SIDE);
-        let mut near: Vec<usize> = below.chain(above).collect();
+        let seen = |j: &usize| Some(*j) != self.held_out;
+        let within = |j: &usize| (op.points[*j].x - x).abs() <= 4.0 * FIT_WIDTH;
+        let below = (group.start..at).rev().filter(seen).take_while(within);
+        let above = (at..group.end).filter(seen).take_while(within);
+        let mut near: Vec<usize> = below.take(FIT_SIDE).chain(above.take(FIT_SIDE)).collect();
         near.sort_unstable();
         let weighted: Vec<(&Measured, f64, f64)> = near
             .iter()
