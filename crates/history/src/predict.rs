@@ -540,6 +540,9 @@ impl<'a> View<'a> {
             _ if covering.is_empty() => None,
             Predictor::Closest => closest(op, &covering),
             Predictor::Vote => vote(op, &covering),
+            // The same problem measured decides alone, as in the vote: another run's measurement
+            // of it predicted a later run's best better than a fit through its neighbours.
+            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => closest(op, &covering),
             Predictor::Fit => self
                 .fastest_fitted(problem, applicable)
                 .or_else(|| vote(op, &covering)),

@@ -323,6 +323,13 @@ fn the_fit_sees_a_crossover_that_the_winners_around_it_outvote() {
     assert!(fit.from.iter().any(|s| s.bytes == 1 << 16), "{fit:?}");
     // The library predicts with the fit.
     assert_eq!(knowledge.predict(&between, &any), Some(fit));
+    // A measured problem decides alone for itself: at 2^15 `quadratic` won, by 15 %.
+    let measured = knowledge
+        .predict(&problem("allgatherv", 2, 1 << 15), &any)
+        .unwrap();
+    assert_eq!(measured.winner, "quadratic");
+    let from: Vec<u64> = measured.from.iter().map(|s| s.bytes).collect();
+    assert_eq!(from, [1 << 15]);
     // Leave-one-out over the same problems: the fit misses no more than the vote.
     let measured = merge(&entries);
     let fit = leave_one_out(&measured, 0.1, Predictor::Fit);
