@@ -46,7 +46,8 @@ pub enum Predictor {
     Vote,
     /// Where a measured problem covers the problem: the codelet with the least time as a local
     /// fit of every codelet's measured times along the message size predicts it (Brunet et al.
-    /// interpolate samples; the fit also averages out a noisy one), else the vote.
+    /// interpolate samples; the fit also averages out a noisy one), else the vote; the same
+    /// problem, measured, decides alone.
     Fit,
     /// No measured problem covers it: the decision map of the operation.
     Map,
@@ -632,10 +633,10 @@ impl<'a> View<'a> {
 
     /// The applicable codelet with the least fitted time at `problem` (ties: the first by name),
     /// with the problems of the fit; None without a measured size of its communicator size
-    /// within `4·FIT_WIDTH` octaves (of which it reads the `FIT_SIDE` nearest on either side). Each codelet's log time is a straight line along log bytes
-    /// fitted by least squares through the measured sizes, each weighted
-    /// `exp(−½(dx/FIT_WIDTH)²)` by its distance `dx` in octaves (a constant where the sizes
-    /// cannot place a line).
+    /// within `4·FIT_WIDTH` octaves (of which it reads the `FIT_SIDE` nearest on either side).
+    /// Each codelet's log time is a straight line along log bytes fitted by least squares
+    /// through the measured sizes, each weighted `exp(−½(dx/FIT_WIDTH)²)` by its distance `dx`
+    /// in octaves (a constant where the sizes cannot place a line).
     fn fastest_fitted(
         &self,
         problem: &Problem,
