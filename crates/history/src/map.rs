@@ -8,10 +8,10 @@
 //! split would follow single noisy measurements), or at depth `MAX_DEPTH`, else it splits into
 //! four halves. Every node ranks the codelets measured in it by their mean penalty (time / best
 //! − 1) over its problems, those within `tolerance` everywhere first; a problem that did not
-//! measure a codelet counts it as `UNMEASURED`, and no penalty counts more. A decision goes down to a leaf (past an
-//! empty quarter to its sibling of the same message sizes, else of the same communicator sizes,
-//! else the opposite one) and takes the first applicable codelet of the leaf's ranking, else of
-//! its parent's, and so on up.
+//! measure a codelet counts it as `UNMEASURED`, and no penalty counts more. A decision goes down
+//! to a leaf (past an empty quarter to its sibling of the same message sizes, else of the same
+//! communicator sizes, else the opposite one) and takes the first applicable codelet of the
+//! leaf's ranking, else of its parent's, and so on up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
