@@ -81,7 +81,7 @@ struct MapArgs {
     #[arg(long, default_value = "5,10,20", value_name = "LIST")]
     pmax: String,
     /// The decision map's tolerance: a leaf's codelet stays within it of the best at every
-    /// problem of the leaf (percent, or a fraction below 1)
+    /// problem of the leaf, but in a narrow leaf of few problems (percent, or a fraction below 1)
     #[arg(long, default_value = "10", value_name = "PERCENT")]
     tolerance: String,
     /// Predict the problems of this later store (e.g. a second run's) from the store, instead of

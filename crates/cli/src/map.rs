@@ -223,7 +223,12 @@ fn rates(pmax: &[f64], evaluate: impl Fn(usize, Predictor) -> Evaluation) -> Str
     let mut heading = vec!["predictor".to_string()];
     heading.extend(pmax.iter().map(|&p| format!("pmax {}", percent(p))));
     let mut rows = vec![heading];
-    for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+    for predictor in [
+        Predictor::Closest,
+        Predictor::Vote,
+        Predictor::Fit,
+        Predictor::Map,
+    ] {
         let default = if predictor == predict::DEFAULT_PREDICTOR {
             "*"
         } else {

@@ -201,7 +201,12 @@ fn the_same_entries_in_any_order_give_the_same_answers_bit_for_bit() {
     let answers = |entries: &[Entry]| {
         let knowledge = Knowledge::new(entries, 0.1);
         let mut answers = Vec::new();
-        for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+        for predictor in [
+            Predictor::Closest,
+            Predictor::Vote,
+            Predictor::Fit,
+            Predictor::Map,
+        ] {
             for comm_size in [2, 3, 4, 8, 64] {
                 for k in 0..60 {
                     let bytes = (2f64.powf(2.0 + k as f64 * 0.37)) as u64;
@@ -285,6 +290,51 @@ fn vote_weighs_by_inverse_distance_and_closest_takes_the_nearest() {
     assert_eq!(vote.winner, "y");
     let from: Vec<u64> = vote.from.iter().map(|s| s.bytes).collect();
     assert_eq!(from, [8192, 16384]);
+}
+
+#[test]
+fn the_fit_sees_a_crossover_that_the_winners_around_it_outvote() {
+    // `quadratic` against `linear` in log-log, crossing at 2^15.2 bytes: sampled every quarter
+    // octave up to 2^15, where `quadratic` wins, then every octave, where `linear` does.
+    let at = |x: f64| {
+        let bytes = x.exp2().round() as u64;
+        let t = |slope: f64| 100.0 * ((x - 15.2) * slope).exp2();
+        entry(
+            "allgatherv",
+            2,
+            bytes,
+            &[("quadratic", t(2.0)), ("linear", t(1.0))],
+        )
+    };
+    let entries: Vec<Entry> = (40..=60)
+        .map(|k| f64::from(k) / 4.0)
+        .chain([16.0, 17.0, 18.0])
+        .map(at)
+        .collect();
+    let knowledge = Knowledge::new(&entries, 0.1);
+    // At 2^15.5 `quadratic` is 23 % slower, but every covering problem chose it.
+    let between = problem("allgatherv", 2, 15.5f64.exp2().round() as u64);
+    let vote = knowledge.predict_with(&between, &any, Predictor::Vote);
+    assert_eq!(vote.unwrap().winner, "quadratic");
+    let fit = knowledge
+        .predict_with(&between, &any, Predictor::Fit)
+        .unwrap();
+    assert_eq!(fit.winner, "linear");
+    assert!(fit.from.iter().any(|s| s.bytes == 1 << 16), "{fit:?}");
+    // The library predicts with the fit.
+    assert_eq!(knowledge.predict(&between, &any), Some(fit));
+    // A measured problem decides alone for itself: at 2^15 `quadratic` won, by 15 %.
+    let measured = knowledge
+        .predict(&problem("allgatherv", 2, 1 << 15), &any)
+        .unwrap();
+    assert_eq!(measured.winner, "quadratic");
+    let from: Vec<u64> = measured.from.iter().map(|s| s.bytes).collect();
+    assert_eq!(from, [1 << 15]);
+    // Leave-one-out over the same problems: the fit misses no more than the vote.
+    let measured = merge(&entries);
+    let fit = leave_one_out(&measured, 0.1, Predictor::Fit);
+    let vote = leave_one_out(&measured, 0.1, Predictor::Vote);
+    assert!(fit.within >= vote.within, "fit {fit:?}, vote {vote:?}");
 }
 
 #[test]
@@ -427,7 +477,12 @@ fn leave_one_out_predicts_as_knowledge_built_without_the_problem() {
         })
         .collect();
     let measured = merge(&entries);
-    for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+    for predictor in [
+        Predictor::Closest,
+        Predictor::Vote,
+        Predictor::Fit,
+        Predictor::Map,
+    ] {
         let operation = Operation::new(measured.clone(), 0.1);
         for (i, held) in measured.iter().enumerate() {
             let problem = problem("allreduce", held.comm_size, held.bytes);
