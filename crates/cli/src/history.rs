@@ -156,6 +156,7 @@ mod tests {
                     error_us: 0.5,
                 },
             ],
+            timing: Some("local".into()),
             winner: "ring".into(),
             time: 0,
             how: How::Search,

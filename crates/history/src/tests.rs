@@ -47,6 +47,7 @@ fn entry(n: u64) -> Entry {
             error_us: 0.25,
         })
         .collect(),
+        timing: Some("local".to_string()),
         winner: "ring".to_string(),
         time: 1_795_000_000 + n,
         how: How::Search,
@@ -64,7 +65,7 @@ fn written_entries_read_back() {
     let path = write(&dir, &name(0), &entries).unwrap();
     assert!(path.starts_with(&dir));
     let text = fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("{\"commtune_history\":1}\n"), "{text}");
+    assert!(text.starts_with("{\"commtune_history\":2}\n"), "{text}");
     let loaded = load(&dir);
     assert_eq!(loaded.entries, entries);
     assert_eq!((loaded.files, loaded.skipped_files), (1, 0));
@@ -78,6 +79,29 @@ fn written_entries_read_back() {
         text.contains("\"estimates\":[[\"native\",1.235,0.25],"),
         "{text}"
     );
+}
+
+/// A file of version 1 (before entries said how they were timed) is read, its entries
+/// without a timing.
+#[test]
+fn version_one_is_read_without_timing() {
+    let dir = scratch("version1");
+    fs::write(
+        dir.join("old.jsonl"),
+        "{\"commtune_history\":1}\n{\"op\":\"allreduce\",\"comm_size\":2,\"ranks_per_node\":2,\
+         \"size_class\":\"8 B-12 B\",\"bytes\":8,\"signature\":\"\",\"facts\":\"size=2\",\
+         \"mpi\":\"Open MPI v4.1.4\",\"platform\":{\"host\":\"vm\",\"cpu\":\"AMD EPYC\",\
+         \"transport\":\"shared memory\"},\"estimates\":[[\"native\",0.197,0.026]],\
+         \"winner\":\"native\",\"time\":1795516754,\"how\":\"calibrate\"}\n",
+    )
+    .unwrap();
+    let text = fs::read_to_string(write(&dir, &name(0), &[entry(1)]).unwrap()).unwrap();
+    assert!(text.contains(",\"timing\":\"local\","), "{text}");
+    let loaded = load(&dir);
+    assert_eq!(loaded.warning(&dir), None);
+    assert_eq!((loaded.files, loaded.entries.len()), (2, 2));
+    let timings: Vec<Option<&str>> = loaded.entries.iter().map(|e| e.timing.as_deref()).collect();
+    assert_eq!(timings, [Some("local"), None]);
 }
 
 #[test]
@@ -151,7 +175,7 @@ fn foreign_version_and_garbage_are_skipped_with_one_warning() {
     write(&dir, &name(0), &[entry(0)]).unwrap();
     fs::write(
         dir.join("a-future.jsonl"),
-        "{\"commtune_history\":2}\n{\"op\":1}\n",
+        "{\"commtune_history\":3}\n{\"op\":1}\n",
     )
     .unwrap();
     fs::write(dir.join("b-garbage.jsonl"), b"\x00\xffnot json at all").unwrap();
@@ -171,7 +195,7 @@ fn foreign_version_and_garbage_are_skipped_with_one_warning() {
     let warning = loaded.warning(&dir).unwrap();
     assert!(
         warning.contains(
-            "ignored 3 files and 2 lines (a-future.jsonl: format version 2, this commtune reads 1)"
+            "ignored 3 files and 2 lines (a-future.jsonl: format version 3, this commtune reads 1 to 2)"
         ),
         "{warning}"
     );

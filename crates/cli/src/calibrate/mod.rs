@@ -352,6 +352,7 @@ impl Calibration {
                     us,
                     error_us,
                 }],
+                timing: None,
                 winner: "native".to_string(),
                 time: time.as_secs(),
                 how: How::Calibrate,
