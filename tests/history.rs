@@ -1,13 +1,14 @@
 //! The history store (COMMTUNE_HISTORY) with real Open MPI jobs: rank 0 records what the searches
 //! decided, `commtune history` lists it, eight jobs finishing at once lose nothing, and a
-//! damaged, read-only or unwritable store is one warning line, never a failed job.
+//! damaged, read-only or unwritable store, or one of hostile entries, is one warning line, never
+//! a failed job.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{ALLREDUCE, Job, OpenMpi, Run, all_but, cli, compile, run, scratch};
+use common::{ALLREDUCE, Job, OpenMpi, Run, all_but, cli, compile, run, scratch, sites};
 
 /// tuned_loop on 2 ranks, searching at once (COMMTUNE_BUDGET=1), with every allreduce codelet
 /// but ring slowed down, recording into `store`.
@@ -253,4 +254,60 @@ fn off_writes_nothing() {
     correct(&job);
     assert!(!dir.join("off").exists());
     assert!(!dir.join("history").exists());
+}
+
+/// A store of hostile entries of this very platform and timing (so that every rank analyses
+/// them): times JSON cannot hold, negative, zero and absurd times, no codelets, duplicate
+/// codelets, a winner not among them, communicator sizes and bytes of 0 and the most their
+/// types hold. The job reads them in its background thread, predicts or searches, and ends
+/// correct with one warning line (for the lines it could not read), never an abort.
+#[test]
+fn hostile_entries_are_read_without_an_abort() {
+    let dir = scratch("history_hostile");
+    let exe = compile(OpenMpi, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    correct(&tuned(&exe, &dir, &store).go());
+    let real = allreduce_entries(&store).remove(0);
+    let with = |change: &dyn Fn(&mut commtune_history::Entry)| {
+        let mut e = real.clone();
+        change(&mut e);
+        e
+    };
+    let times = |us: &[(&str, f64)]| {
+        with(&|e| {
+            e.estimates = us
+                .iter()
+                .map(|&(codelet, us)| commtune_history::Estimate {
+                    codelet: codelet.to_string(),
+                    us,
+                    error_us: us,
+                })
+                .collect();
+        })
+    };
+    let mut hostile = vec![
+        times(&[("native", f64::NAN), ("ring", f64::INFINITY)]),
+        times(&[("native", -3.0), ("ring", 0.0)]),
+        times(&[("native", 1e300), ("ring", 1e-300)]),
+        times(&[("ring", 2.0), ("ring", 1.0), ("native", 3.0)]),
+        times(&[]),
+        with(&|e| e.winner = "not a codelet".to_string()),
+    ];
+    for comm_size in [0, u32::MAX] {
+        for bytes in [0, 64, u64::MAX] {
+            hostile.push(with(&|e| (e.comm_size, e.bytes) = (comm_size, bytes)));
+        }
+    }
+    commtune_history::write(&store, "hostile.jsonl", &hostile).unwrap();
+    let job = tuned(&exe, &dir, &store).go();
+    correct(&job);
+    let lines = warnings(&job);
+    assert_eq!(lines.len(), 1, "{}", job.stderr());
+    assert!(lines[0].contains("ignored 1 line"), "{}", lines[0]);
+    let report = job.report();
+    let site = sites(&report)
+        .iter()
+        .find(|s| s["op"] == "allreduce")
+        .expect("an allreduce site");
+    assert_eq!(site["tuning"]["winner"], "ring", "{site:#}");
 }

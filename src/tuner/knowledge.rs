@@ -138,7 +138,10 @@ pub fn predict(op: &str, comm_size: u32, bytes: u64, applicable: &[&str]) -> Opt
         comm_size,
         bytes,
     };
-    known(|k| k.predict(&problem, &|name| applicable.contains(&name)))?
+    let predicted = known(|k| k.predict(&problem, &|name| applicable.contains(&name)))??;
+    // A time no call can take (interpolated from a corrupt store's entries) would make a safety
+    // net that dismisses everything or nothing.
+    (predicted.us.is_finite() && predicted.us > 0.0).then_some(predicted)
 }
 
 /// A decision this run agreed on (the same on every rank of the communicator) for the key of

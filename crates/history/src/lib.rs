@@ -100,7 +100,12 @@ impl From<(String, f64, f64)> for Estimate {
 
 impl From<Estimate> for (String, f64, f64) {
     fn from(e: Estimate) -> (String, f64, f64) {
-        let ns = |us: f64| (us * 1e3).round() / 1e3;
+        // Beyond 1e305 µs the rounding would overflow to infinity, which JSON cannot hold.
+        let ns = |us: f64| {
+            Some((us * 1e3).round() / 1e3)
+                .filter(|r| r.is_finite())
+                .unwrap_or(us)
+        };
         (e.codelet, ns(e.us), ns(e.error_us))
     }
 }

@@ -296,3 +296,141 @@ fn platform_facts() {
     assert!(!a.contains('/') && a.ends_with(".jsonl"), "{a}");
     assert_ne!(file_name("h", 1, 2), file_name("h", 1, 2));
 }
+
+/// What a corrupt or foreign store may hold, as entries (the library aborts on a panic, and its
+/// reader runs at MPI_Init): each a sane entry with one thing wrong.
+fn hostile() -> Vec<Entry> {
+    let with = |change: &dyn Fn(&mut Entry)| {
+        let mut e = entry(7);
+        change(&mut e);
+        e
+    };
+    let times = |us: &[(&str, f64)]| {
+        let estimates = us
+            .iter()
+            .map(|&(codelet, us)| Estimate {
+                codelet: codelet.to_string(),
+                us,
+                error_us: us,
+            })
+            .collect::<Vec<_>>();
+        with(&move |e: &mut Entry| e.estimates = estimates.clone())
+    };
+    let mut all = vec![
+        times(&[("native", f64::NAN), ("ring", 5.0)]),
+        times(&[("native", f64::INFINITY), ("ring", f64::NEG_INFINITY)]),
+        times(&[("native", -3.0), ("ring", 0.0)]),
+        times(&[("native", 1e300), ("ring", 1e-300)]),
+        times(&[("native", f64::MAX), ("ring", f64::MIN_POSITIVE)]),
+        times(&[
+            ("ring", 2.0),
+            ("ring", 1.0),
+            ("ring", f64::NAN),
+            ("native", 3.0),
+        ]),
+        times(&[("native", f64::NAN)]),
+        times(&[]),
+        with(&|e| e.estimates.clear()),
+        with(&|e| e.winner = "not a codelet".to_string()),
+        with(&|e| e.winner.clear()),
+        with(&|e| e.op.clear()),
+        with(&|e| e.op = "bcast".to_string()),
+        with(&|e| e.op = PING_PONG.to_string()),
+        with(&|e| e.estimates[0].error_us = f64::NAN),
+        with(&|e| e.estimates[1].codelet.clear()),
+        with(&|e| e.timing = Some("sideways".to_string())),
+        with(&|e| e.time = u64::MAX),
+    ];
+    for comm_size in [0, 1, 3, u32::MAX] {
+        for bytes in [0, 1, 65, u64::MAX] {
+            all.push(with(&|e| (e.comm_size, e.bytes) = (comm_size, bytes)));
+        }
+    }
+    all
+}
+
+/// Hostile entries read from a store and given to the knowledge: the reader keeps what JSON can
+/// hold (NaN and infinities cannot: those lines are skipped with the one warning), and neither
+/// the analysis nor any prediction, decision map or leave-one-out panics; what sane entries
+/// decided still predicts.
+#[test]
+fn hostile_entries_never_panic() {
+    use crate::predict::{self, Knowledge, Predictor, Problem};
+
+    let dir = scratch("hostile");
+    let sane: Vec<Entry> = (0..8).map(entry).collect();
+    write(&dir, &name(0), &sane).unwrap();
+    write(&dir, &name(1), &hostile()).unwrap();
+    let huge = r#"{"op":"allreduce","comm_size":99999999999,"size_class":"","bytes":1,"signature":"","facts":"","mpi":"","platform":{"host":"","cpu":"","transport":""},"estimates":[],"winner":"","time":0,"how":"search"}"#;
+    let overflow = r#"{"op":"allreduce","comm_size":4,"size_class":"","bytes":-1,"signature":"","facts":"","mpi":"","platform":{"host":"","cpu":"","transport":""},"estimates":[["ring",1e999,0]],"winner":"","time":0,"how":"search"}"#;
+    fs::write(
+        dir.join("z-hostile-lines.jsonl"),
+        format!(
+            "{{\"commtune_history\":2}}\n{huge}\n{overflow}\n[[[[[[[[[[[[[[[[[[[[\n\"\\ud800\"\n"
+        ),
+    )
+    .unwrap();
+    let loaded = load(&dir);
+    // Five entries with a time JSON cannot hold (NaN, infinities: written as null) and the four
+    // bad lines.
+    assert_eq!(loaded.skipped_lines, 5 + 4, "{:?}", loaded.first_problem);
+    let warning = loaded.warning(&dir).expect("a warning");
+    assert!(!warning.contains('\n'));
+    assert_eq!(loaded.entries.len(), sane.len() + hostile().len() - 5);
+
+    let applicable: [&dyn Fn(&str) -> bool; 4] = [&|_| true, &|_| false, &|c| c == "ring", &|c| {
+        c == "not a codelet"
+    }];
+    let predict_all = |knowledge: &Knowledge| {
+        for op in ["allreduce", "bcast", "", PING_PONG] {
+            for comm_size in [0, 1, 2, 4, 5, u32::MAX] {
+                for bytes in [0, 1, 64, 70, 1 << 20, u64::MAX] {
+                    let problem = Problem {
+                        op,
+                        comm_size,
+                        bytes,
+                    };
+                    for (a, applicable) in applicable.iter().enumerate() {
+                        for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+                            if let Some(p) = knowledge.predict_with(&problem, applicable, predictor)
+                            {
+                                assert!(applicable(&p.winner), "{a}: {p:?}");
+                                assert!(!(p.us < 0.0), "{p:?}");
+                            }
+                        }
+                    }
+                }
+            }
+            knowledge.map().depth(op);
+            knowledge.map().ranges(op, 4);
+        }
+    };
+    let in_memory: Vec<Entry> = sane.iter().cloned().chain(hostile()).collect();
+    for entries in [&loaded.entries, &in_memory] {
+        for pmax in [0.0, 0.1, 1e300] {
+            let mut knowledge = Knowledge::new(entries, pmax);
+            predict_all(&knowledge);
+            let ring = knowledge.predict(
+                &Problem {
+                    op: "allreduce",
+                    comm_size: 4,
+                    bytes: 70,
+                },
+                &|_| true,
+            );
+            assert_eq!(ring.map(|p| p.winner), Some("native".to_string()));
+            // Decisions of the run added one by one, as the library learns them.
+            for e in hostile() {
+                knowledge.add(e);
+            }
+            predict_all(&knowledge);
+            let measured = predict::merge(entries);
+            for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+                predict::leave_one_out(&measured, pmax, predictor);
+                predict::against(&knowledge, &measured, pmax, predictor);
+            }
+            let all: Vec<_> = measured.iter().collect();
+            crate::map::leave_one_out(&all, pmax);
+        }
+    }
+}
