@@ -2,9 +2,10 @@
 //! reads the store in a background thread started at MPI_Init, keeps the entries measured with
 //! this job's MPI library on this platform (`platform`: the fingerprint the writer records too)
 //! and timed as this job times (COMMTUNE_TIMING: a predicted time is what the safety net
-//! compares this job's measurement with), and adds the decisions this run agrees on, so that a later key of an unseen size is predicted
-//! from them. A prediction is only this rank's proposal: `consensus::checkpoint` uses it when
-//! every rank proposed the same (ARCHITECTURE.md, invariant 2).
+//! compares this job's measurement with), and adds the decisions this run agrees on, so that a
+//! later key of an unseen size is predicted from them. A prediction is only this rank's
+//! proposal: `consensus::checkpoint` uses it when every rank proposed the same (ARCHITECTURE.md,
+//! invariant 2).
 
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, OnceLock};
