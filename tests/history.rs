@@ -72,6 +72,7 @@ fn decided_keys_are_recorded_and_listed() {
     assert!(e.mpi.contains("Open MPI"), "{}", e.mpi);
     assert_eq!(e.platform.transport, "shared memory");
     assert_eq!(e.how, commtune_history::How::Search);
+    assert_eq!(e.timing.as_deref(), Some("local"));
     let native = e.estimates.iter().find(|c| c.codelet == "native").unwrap();
     let ring = e.winner_estimate().expect("the winner's estimate");
     assert!(native.us > ring.us + 1000.0, "{e:#?}");
@@ -93,7 +94,7 @@ fn decided_keys_are_recorded_and_listed() {
         .unwrap_or_else(|| panic!("no allreduce line:\n{text}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     assert!(
-        words.contains(&"ring") && words.contains(&"search"),
+        words.contains(&"ring") && words.contains(&"search") && words.contains(&"local"),
         "{line}"
     );
     assert!(line.contains("native=") && line.contains("ring="), "{line}");
