@@ -109,14 +109,28 @@ fn eight_jobs_at_once_lose_nothing() {
         .map(|i| tuned(&exe, &dir, &store).env("COMMTUNE_REPORT", &format!("job{i}.json")))
         .collect();
     let jobs = Run::go_together(runs);
+    let mut decided = Vec::new();
     for job in &jobs {
         correct(job);
         assert_eq!(warnings(job), Vec::<String>::new());
+        let report = job.report();
+        let site = sites(&report).iter().find(|s| s["op"] == "allreduce");
+        decided.push(site.expect("an allreduce site")["tuning"]["winner"].clone());
     }
     assert_eq!(std::fs::read_dir(&store).unwrap().count(), 8);
     let entries = allreduce_entries(&store);
     assert_eq!(entries.len(), 8, "{entries:#?}");
-    assert!(entries.iter().all(|e| e.winner == "ring"), "{entries:#?}");
+    // Each job's decision, whole. (Not always ring: 16 ranks sharing 2 busy cores measured calls
+    // of 100 ms and more, and one search in eight took native, before entries had a timing too.)
+    let mut recorded: Vec<String> = entries.iter().map(|e| e.winner.clone()).collect();
+    let mut decided: Vec<String> = decided
+        .iter()
+        .map(|w| w.as_str().expect("a winner").to_string())
+        .collect();
+    recorded.sort();
+    decided.sort();
+    assert_eq!(recorded, decided, "{entries:#?}");
+    assert!(entries.iter().all(|e| e.timing.is_some()), "{entries:#?}");
 }
 
 /// A read-only store: read-only by a read-only bind mount as root (root writes through
