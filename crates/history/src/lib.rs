@@ -14,8 +14,8 @@
 //! ways), so an older commtune skips the newer files. This crate reads every version from
 //! `OLDEST` (an entry of version 1 has no `timing`).
 //!
-//! Reading never fails: a file that cannot be read, has no header or a foreign version is
-//! skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
+//! Reading never fails nor blocks: a file that cannot be read, is not a regular file, has no
+//! header or a foreign version is skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
 //! alone, and all of it together makes one warning line (`Loaded::warning`).
 
 use std::fs;
@@ -273,6 +273,13 @@ pub fn load(dir: &Path) -> Loaded {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        // A pipe would block the reader (and the first checkpoint that waits for it) forever,
+        // a device such as /dev/zero fill the memory.
+        if fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+            loaded.skipped_files += 1;
+            loaded.problem(format!("{name}: not a regular file"));
+            continue;
+        }
         match fs::read(&path) {
             Ok(bytes) => match parse(&bytes, &mut loaded.entries) {
                 Ok((0, _)) => loaded.files += 1,

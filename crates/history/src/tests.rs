@@ -202,6 +202,26 @@ fn foreign_version_and_garbage_are_skipped_with_one_warning() {
     assert!(!warning.contains('\n'));
 }
 
+/// A pipe or a device named like a store file is skipped with the warning, not read: reading
+/// would block forever or never end.
+#[test]
+fn pipes_and_devices_are_skipped() {
+    let dir = scratch("special");
+    write(&dir, &name(0), &[entry(0)]).unwrap();
+    let fifo = dir.join("a-pipe.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("b-zero.jsonl")).unwrap();
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, vec![entry(0)]);
+    assert_eq!((loaded.files, loaded.skipped_files), (1, 2));
+    let warning = loaded.warning(&dir).unwrap();
+    assert!(
+        warning.contains("ignored 2 files (a-pipe.jsonl: not a regular file)"),
+        "{warning}"
+    );
+}
+
 #[test]
 fn unreadable_directory_warns_and_gives_nothing() {
     let dir = scratch("unreadable");
