@@ -350,7 +350,6 @@ fn hostile() -> Vec<Entry> {
         ]),
         times(&[("native", f64::NAN)]),
         times(&[]),
-        with(&|e| e.estimates.clear()),
         with(&|e| e.winner = "not a codelet".to_string()),
         with(&|e| e.winner.clear()),
         with(&|e| e.op.clear()),
