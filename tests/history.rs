@@ -1,5 +1,6 @@
 //! The history store (COMMTUNE_HISTORY) with real Open MPI jobs: rank 0 records what the searches
-//! decided, `commtune history` lists it, eight jobs finishing at once lose nothing, and a
+//! decided and how they timed it, `commtune history` lists it, eight jobs finishing at once lose
+//! nothing, and a
 //! damaged, read-only or unwritable store, or one of hostile entries, is one warning line, never
 //! a failed job.
 
@@ -325,4 +326,40 @@ fn hostile_entries_are_read_without_an_abort() {
         .find(|s| s["op"] == "allreduce")
         .expect("an allreduce site");
     assert_eq!(site["tuning"]["winner"], "ring", "{site:#}");
+}
+
+/// A search the self-check reopened times with the other timing (`period`), and its entry says
+/// so: its times do not compare with those of the job's COMMTUNE_TIMING (`local`).
+#[test]
+fn a_reopened_search_records_its_own_timing() {
+    let dir = scratch("history_reopened");
+    let exe = compile(OpenMpi, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    // As tests/tuner.rs's self-check test: ring wins the search, then turns the slowest inside
+    // the window the self-check times after the decision.
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
+    delays.push("allreduce:ring=20ms@24".into());
+    let job = run(OpenMpi, 4, &exe, &dir)
+        .args(&["150"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", "1")
+        .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
+        .env("COMMTUNE_SEARCH", "brute")
+        .env("COMMTUNE_SAMPLES", "2")
+        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+        .go();
+    correct(&job);
+    let report = job.report();
+    let site = sites(&report)
+        .iter()
+        .find(|s| s["op"] == "allreduce")
+        .expect("an allreduce site");
+    let t = &site["tuning"];
+    assert_eq!(t["searches"], 2, "the self-check reopened: {t:#}");
+    assert_eq!(t["check"]["timing"], "period", "{t:#}");
+    let entries = allreduce_entries(&store);
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    assert_eq!(entries[0].timing.as_deref(), Some("period"), "{entries:#?}");
+    assert_eq!(t["winner"], entries[0].winner.as_str(), "{t:#}");
 }
