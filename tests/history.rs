@@ -1,8 +1,7 @@
 //! The history store (COMMTUNE_HISTORY) with real Open MPI jobs: rank 0 records what the searches
 //! decided and how they timed it, `commtune history` lists it, eight jobs finishing at once lose
-//! nothing, and a
-//! damaged, read-only or unwritable store, or one of hostile entries, is one warning line, never
-//! a failed job.
+//! nothing, and a damaged, read-only or unwritable store, or one of hostile entries, is one
+//! warning line, never a failed job.
 
 mod common;
 
