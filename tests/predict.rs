@@ -202,10 +202,9 @@ fn another_platform_predicts_nothing() {
 /// Entries predict only runs of their timing: the safety net compares a predicted time with the
 /// run's measurement, which another timing measures differently. A store of version 1 (no
 /// timing) is read without a warning and predicts nothing.
-#[test]
-fn another_timing_predicts_nothing() {
-    let dir = scratch("predict_timing");
-    let exe = compile(OpenMpi, "tuned_loop.c", &dir);
+fn another_timing_predicts_nothing(flavour: Flavour) {
+    let dir = scratch(&format!("predict_timing_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
     let store = dir.join("store");
     let timings = |store: &Path| -> Vec<Option<String>> {
         let loaded = commtune_history::load(store);
@@ -213,11 +212,11 @@ fn another_timing_predicts_nothing() {
         let allreduces = loaded.entries.into_iter().filter(|e| e.op == "allreduce");
         allreduces.map(|e| e.timing).collect()
     };
-    let first = tuned(OpenMpi, &exe, &dir, &store, "ring").go();
+    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
     searched(&allreduce(&first), "ring");
     assert_eq!(timings(&store), [Some("local".to_string())]);
     let period = |store: &Path| {
-        tuned(OpenMpi, &exe, &dir, store, "ring")
+        tuned(flavour, &exe, &dir, store, "ring")
             .env("COMMTUNE_TIMING", "period")
             .env("COMMTUNE_PMAX", LENIENT_PMAX)
     };
@@ -240,11 +239,21 @@ fn another_timing_predicts_nothing() {
         text.push('\n');
     }
     std::fs::write(old.join("old.jsonl"), text).unwrap();
-    let job = tuned(OpenMpi, &exe, &dir, &old, "ring")
+    let job = tuned(flavour, &exe, &dir, &old, "ring")
         .env("COMMTUNE_PMAX", LENIENT_PMAX)
         .go();
     assert!(!job.stderr().contains("history store"), "{}", job.stderr());
     searched(&allreduce(&job), "ring");
+}
+
+#[test]
+fn another_timing_predicts_nothing_openmpi() {
+    another_timing_predicts_nothing(OpenMpi);
+}
+
+#[test]
+fn another_timing_predicts_nothing_mpich() {
+    another_timing_predicts_nothing(Mpich);
 }
 
 fn sizes_between_decided_sizes_are_predicted(flavour: Flavour) {
