@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use commtune_report::Op;
+use commtune_tune::settings::SAMPLES;
 use commtune_tune::{Filter, Search, Settings, Timing};
 
 /// The codelet names of each operation, in registry order (the library's registries: this module
@@ -237,7 +238,10 @@ where
                 .map(|f| filter = f)
                 .is_some(),
             "COMMTUNE_TIMING" => set(&mut t.timing, Timing::parse(value)),
-            "COMMTUNE_SAMPLES" => set(&mut t.samples, number(value, 1, 1000)),
+            "COMMTUNE_SAMPLES" => set(
+                &mut t.samples,
+                number(value, *SAMPLES.start(), *SAMPLES.end()),
+            ),
             "COMMTUNE_BLOCK" => set(&mut t.block, number(value, 1, 64)),
             "COMMTUNE_WARMUP" => set(&mut t.warmup, number(value, 1, 1_000_000)),
             "COMMTUNE_BUDGET" => set(&mut t.budget, real(value, |v| v > 0.0 && v <= 1.0)),

@@ -388,6 +388,21 @@ fn bad_input_is_a_clear_error() {
             text(&out)
         );
     }
+    // The knob the library reads too: a calibration does not run with samples nobody meant.
+    for samples in ["abc", "0", "1001", ""] {
+        let mut command = calibrate(OpenMpi, &[], &dir.join("store"));
+        command.env("COMMTUNE_SAMPLES", samples);
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{samples:?}: {}", text(&out));
+        let expected = format!(
+            "COMMTUNE_SAMPLES={samples:?} is not valid (accepted: an integer from 1 to 1000)"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&expected),
+            "{samples:?}: {}",
+            text(&out)
+        );
+    }
     let no_launcher = Command::new(cli())
         .args(["calibrate", "--dir"])
         .arg(dir.join("store"))

@@ -128,6 +128,7 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
                 error_us: 1.0,
             },
         ],
+        timing: Some("local".into()),
         winner: winner.into(),
         time: 0,
         how: How::Search,

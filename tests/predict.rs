@@ -1,8 +1,8 @@
 //! Prediction from the history store with real jobs, Open MPI and MPICH: a second run of a
 //! program starts its keys with the winner the first run's search found and searches nothing;
-//! the safety net dismisses a prediction whose winner turned slow; entries of another platform
-//! predict nothing; sizes between decided ones are predicted, in a run and from the store; ranks
-//! that read different stores search, without hanging.
+//! the safety net dismisses a prediction whose winner turned slow; entries of another platform or
+//! timing predict nothing; sizes between decided ones are predicted, in a run and from the store;
+//! ranks that read different stores search, without hanging.
 
 mod common;
 
@@ -197,6 +197,63 @@ fn another_platform_predicts_nothing() {
         .env("COMMTUNE_PMAX", LENIENT_PMAX)
         .go();
     searched(&allreduce(&second), "ring");
+}
+
+/// Entries predict only runs of their timing: the safety net compares a predicted time with the
+/// run's measurement, which another timing measures differently. A store of version 1 (no
+/// timing) is read without a warning and predicts nothing.
+fn another_timing_predicts_nothing(flavour: Flavour) {
+    let dir = scratch(&format!("predict_timing_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    let timings = |store: &Path| -> Vec<Option<String>> {
+        let loaded = commtune_history::load(store);
+        assert_eq!(loaded.warning(store), None);
+        let allreduces = loaded.entries.into_iter().filter(|e| e.op == "allreduce");
+        allreduces.map(|e| e.timing).collect()
+    };
+    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
+    searched(&allreduce(&first), "ring");
+    assert_eq!(timings(&store), [Some("local".to_string())]);
+    let period = |store: &Path| {
+        tuned(flavour, &exe, &dir, store, "ring")
+            .env("COMMTUNE_TIMING", "period")
+            .env("COMMTUNE_PMAX", LENIENT_PMAX)
+    };
+    searched(&allreduce(&period(&store).go()), "ring");
+    let mut recorded = timings(&store);
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [Some("local".to_string()), Some("period".to_string())]
+    );
+    // Its own timing's entry predicts the next period run.
+    predicted(&allreduce(&period(&store).go()), "ring");
+
+    let old = dir.join("version1");
+    std::fs::create_dir_all(&old).unwrap();
+    let mut text = "{\"commtune_history\":1}\n".to_string();
+    for mut e in commtune_history::load(&store).entries {
+        e.timing = None;
+        text += &serde_json::to_string(&e).unwrap();
+        text.push('\n');
+    }
+    std::fs::write(old.join("old.jsonl"), text).unwrap();
+    let job = tuned(flavour, &exe, &dir, &old, "ring")
+        .env("COMMTUNE_PMAX", LENIENT_PMAX)
+        .go();
+    assert!(!job.stderr().contains("history store"), "{}", job.stderr());
+    searched(&allreduce(&job), "ring");
+}
+
+#[test]
+fn another_timing_predicts_nothing_openmpi() {
+    another_timing_predicts_nothing(OpenMpi);
+}
+
+#[test]
+fn another_timing_predicts_nothing_mpich() {
+    another_timing_predicts_nothing(Mpich);
 }
 
 fn sizes_between_decided_sizes_are_predicted(flavour: Flavour) {

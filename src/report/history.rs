@@ -54,14 +54,14 @@ fn entries(process: &Process) -> Vec<history::Entry> {
         if entry.op == Op::Halo || config.forced(entry.op).is_some() || entry.is_folded() {
             continue;
         }
-        let Some(decided) = tuner::decided(entry) else {
+        let Some(tuner::Decided { tuner, decision }) = tuner::decided(entry) else {
             continue;
         };
-        if !seen.insert(decided.tuner) {
+        if !seen.insert(tuner) {
             continue;
         }
         let names = codelets::names(entry.op);
-        let estimates = decided
+        let estimates = decision
             .estimates
             .iter()
             .map(|(i, e)| Estimate {
@@ -71,11 +71,12 @@ fn entries(process: &Process) -> Vec<history::Entry> {
             })
             .collect();
         entries.push(knowledge::entry(
-            entry.op.name(),
-            &entry.description,
+            entry,
+            decision.comm_size,
+            decision.timing,
             estimates,
-            names[decided.winner],
-            how(decided.how, config),
+            names[decision.winner],
+            how(decision.how, config),
             process,
         ));
     }

@@ -10,7 +10,7 @@
 use commtune_tune::check::{self, Prediction};
 use commtune_tune::timeline::Mark;
 
-use super::search::{search_step, start_search, trace};
+use super::search::{candidates, search_step, start_search, trace};
 use commtune_history::How;
 
 use super::state::{CONFIRMED, CommTunerState, DISMISSED, Phase, Production, TunerState};
@@ -31,6 +31,7 @@ pub(super) fn drift_check<C: Operation>(
     key: &mut TunerState,
 ) -> Option<Step> {
     let settings = runtime::config().tuning;
+    let timing = key.timing();
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
@@ -38,7 +39,6 @@ pub(super) fn drift_check<C: Operation>(
     if p.baseline.is_none()
         && let Some(predicted_us) = p.from_history.take()
     {
-        let timing = key.timing.unwrap_or(settings.timing);
         let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
         let us = ticks * clock::ns_per_tick() * 1e-3;
         let measured_us = consensus::realised(&comm.private?, us).ok()?;
@@ -88,7 +88,18 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     }
     key.reopened += 1;
-    start_search(at, comm, key).then(|| search_step(at, comm, key))
+    search_again(at, comm, key)
+}
+
+/// Searches the key at this call again (returns its step), or settles it on native when only
+/// native applies.
+fn search_again<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+) -> Option<Step> {
+    let candidates = candidates::<C>(&at.call.facts());
+    start_search(at, comm, key, candidates).then(|| search_step(at, comm, key))
 }
 
 /// The safety net of a key that started from the history's prediction: its winner's measured
@@ -124,6 +135,7 @@ fn safety_net<C: Operation>(
     if confirmed {
         knowledge::learn(
             at.entry,
+            key,
             [(winner, measured_us)].into_iter(),
             winner,
             How::PredictionConfirmed,
@@ -135,7 +147,7 @@ fn safety_net<C: Operation>(
         ratio: measured_us / predicted_us,
         reopened: true,
     });
-    start_search(at, comm, key).then(|| search_step(at, comm, key))
+    search_again(at, comm, key)
 }
 
 /// The window's median over the baseline (the first window's median); the window starts
@@ -190,7 +202,7 @@ fn self_check<C: Operation>(
         if let Some(plan) = &key.decided {
             let us = clock::ns_per_tick() * 1e-3;
             let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
-            knowledge::learn(at.entry, estimates, winner, How::Search);
+            knowledge::learn(at.entry, key, estimates, winner, How::Search);
         }
         return None;
     };
@@ -204,5 +216,5 @@ fn self_check<C: Operation>(
         return None;
     };
     key.timing = Some(timing);
-    start_search(at, comm, key).then(|| search_step(at, comm, key))
+    search_again(at, comm, key)
 }

@@ -1,9 +1,11 @@
 //! What the history store predicts for this job's keys (LD_PRELOAD.md, "History"): every rank
 //! reads the store in a background thread started at MPI_Init, keeps the entries measured with
-//! this job's MPI library on this platform (`platform`: the fingerprint the writer records too),
-//! and adds the decisions this run agrees on, so that a later key of an unseen size is predicted
-//! from them. A prediction is only this rank's proposal: `consensus::checkpoint` uses it when
-//! every rank proposed the same (ARCHITECTURE.md, invariant 2).
+//! this job's MPI library on this platform (`platform`: the fingerprint the writer records too)
+//! and timed as this job times (COMMTUNE_TIMING: a predicted time is what the safety net
+//! compares this job's measurement with), and adds the decisions this run agrees on, so that a
+//! later key of an unseen size is predicted from them. A prediction is only this rank's
+//! proposal: `consensus::checkpoint` uses it when every rank proposed the same (ARCHITECTURE.md,
+//! invariant 2).
 
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, OnceLock};
@@ -12,11 +14,13 @@ use std::time::{Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
 use commtune_history::{self as history, Estimate, How, Platform};
+use commtune_tune::Timing;
 use commtune_tune::classes::class_name;
 
+use super::state::TunerState;
 use crate::codelets;
 use crate::config::{Config, HistoryTarget, Mode};
-use crate::keys::{Description, Entry};
+use crate::keys::Entry;
 use crate::runtime::{self, Process};
 use crate::say::say;
 use crate::sync::lock;
@@ -82,16 +86,20 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
     let read = start.elapsed();
     let platform = platform(process);
     let all = loaded.entries.len();
+    let timing = config.tuning.timing.name();
     let entries: Vec<history::Entry> = loaded
         .entries
         .into_iter()
-        .filter(|e| history::predict::compatible(e, &process.mpi, &platform))
+        .filter(|e| {
+            history::predict::compatible(e, &process.mpi, &platform)
+                && e.timing.as_deref() == Some(timing)
+        })
         .collect();
     let knowledge = Knowledge::new(&entries, config.pmax);
     if process.rank == 0 && config.verbose >= 1 {
         say!(
             "commtune: history store {}: {all} entries read in {:.0} ms, {} of this MPI \
-             library and platform analysed in {:.0} ms",
+             library, platform and timing ({timing}) analysed in {:.0} ms",
             dir.display(),
             read.as_secs_f64() * 1e3,
             entries.len(),
@@ -123,22 +131,27 @@ fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
     }
 }
 
-/// This rank's prediction for a key described by `description` of operation `op`, among the
-/// codelets `applicable` names.
-pub fn predict(op: &str, description: &Description, applicable: &[&str]) -> Option<Predicted> {
+/// This rank's prediction for a key of operation `op` on a communicator of `comm_size` ranks,
+/// moving `bytes` per call, among the codelets `applicable` names.
+pub fn predict(op: &str, comm_size: u32, bytes: u64, applicable: &[&str]) -> Option<Predicted> {
     let problem = Problem {
         op,
-        comm_size: comm_size(&description.facts)?,
-        bytes: description.bytes_per_call,
+        comm_size,
+        bytes,
     };
-    known(|k| k.predict(&problem, &|name| applicable.contains(&name)))?
+    let predicted = known(|k| k.predict(&problem, &|name| applicable.contains(&name)))??;
+    // A time no call can take (interpolated from a corrupt store's entries) would make a safety
+    // net that dismisses everything or nothing.
+    (predicted.us.is_finite() && predicted.us > 0.0).then_some(predicted)
 }
 
 /// A decision this run agreed on (the same on every rank of the communicator) for the key of
-/// `entry`: the winner (registry index), every codelet's agreed time per call (registry index,
-/// microseconds). Kept for the keys to come.
+/// `entry`, whose tuning state is `key`: the winner (registry index), every codelet's agreed
+/// time per call (registry index, microseconds). Kept for the keys to come, unless it was timed
+/// otherwise than the knowledge (a search the self-check reopened with the other timing).
 pub fn learn(
     entry: &Entry,
+    key: &TunerState,
     estimates: impl Iterator<Item = (usize, f64)>,
     winner: usize,
     how: How,
@@ -146,6 +159,10 @@ pub fn learn(
     let Some(process) = runtime::process() else {
         return;
     };
+    let timing = key.timing();
+    if timing != runtime::config().tuning.timing {
+        return;
+    }
     let names = codelets::names(entry.op);
     let estimates = estimates
         .map(|(i, us)| Estimate {
@@ -155,8 +172,9 @@ pub fn learn(
         })
         .collect();
     let decided = self::entry(
-        entry.op.name(),
-        &entry.description,
+        entry,
+        key.comm_size,
+        timing,
         estimates,
         names[winner],
         how,
@@ -165,18 +183,21 @@ pub fn learn(
     known(|k| k.add(decided));
 }
 
-/// The history entry of a decided key: `estimates` in microseconds, the winner's among them.
+/// The history entry of the decided key of `entry` on a communicator of `comm_size` ranks:
+/// `estimates` in microseconds, timed with `timing`, the winner's among them.
 pub fn entry(
-    op: &str,
-    description: &Description,
+    entry: &Entry,
+    comm_size: u32,
+    timing: Timing,
     estimates: Vec<Estimate>,
     winner: &str,
     how: How,
     process: &Process,
 ) -> history::Entry {
+    let description = &entry.description;
     history::Entry {
-        op: op.to_string(),
-        comm_size: comm_size(&description.facts).unwrap_or(0),
+        op: entry.op.name().to_string(),
+        comm_size,
         ranks_per_node: ranks_per_node(),
         size_class: class_name(description.bytes_per_call),
         bytes: description.bytes_per_call,
@@ -185,19 +206,13 @@ pub fn entry(
         mpi: process.mpi.clone(),
         platform: platform(process),
         estimates,
+        timing: Some(timing.name().to_string()),
         winner: winner.to_string(),
         time: SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         how,
     }
-}
-
-/// The communicator size in a key's facts (`codelets::Facts::agreed` begins `size=N`).
-fn comm_size(facts: &str) -> Option<u32> {
-    facts
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("size=")?.parse().ok())
 }
 
 /// Ranks of MPI_COMM_WORLD on this host, as the launcher says (Open MPI's mpirun, Hydra).

@@ -30,9 +30,8 @@ use std::ffi::c_int;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
-use commtune_history::How;
 use commtune_report::TuningData;
-use commtune_tune::{Agreed, check};
+use commtune_tune::check;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -44,8 +43,8 @@ use crate::{clock, runtime};
 
 use self::drift::drift_check;
 use self::search::{checkpoint, end_stalled_search, search_step};
-pub use self::state::forget as comm_freed;
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
+pub use self::state::{Decision, forget as comm_freed};
 
 /// What to run for one call and how to measure it.
 struct Step {
@@ -239,25 +238,17 @@ pub fn report(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningD
 pub struct Decided {
     /// Identifies the tuner: keys of several sites may share one.
     pub tuner: usize,
-    /// The winner's index in the operation's registry.
-    pub winner: usize,
-    /// Every codelet that ran: its index and agreed estimate in microseconds (the same on every
-    /// rank, up to each rank's clock calibration).
-    pub estimates: Vec<(usize, Agreed)>,
-    /// A search or a confirmed prediction.
-    pub how: How,
+    pub decision: Decision,
 }
 
 /// What `entry`'s key decided, if it is in production after a search or a confirmed
 /// prediction (for the history store; read after MPI_Finalize, off every call's path).
 pub fn decided(entry: &Entry) -> Option<Decided> {
     let tuner = *REPORTED.get(&entry.id())?;
-    let (winner, estimates, how) = tuner.decided(clock::ns_per_tick() * 1e-3)?;
+    let decision = tuner.decided(clock::ns_per_tick() * 1e-3)?;
     Some(Decided {
         tuner: std::ptr::from_ref(tuner) as usize,
-        winner,
-        estimates,
-        how,
+        decision,
     })
 }
 

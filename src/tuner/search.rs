@@ -16,7 +16,7 @@ use super::state::{
     VERIFYING,
 };
 use super::{Measure, SlowCall, Step, consensus, knowledge};
-use crate::codelets::{self, Operation};
+use crate::codelets::{self, Facts, Operation};
 use crate::keys::Entry;
 use crate::say::say;
 use crate::sync::lock;
@@ -43,11 +43,23 @@ pub(super) fn checkpoint<C: Operation>(
         },
     };
     let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
-    let prediction = if warm { predict(at) } else { None };
+    // What may run the call, built once: the prediction, the budget and the search read it.
+    let candidates = if warm {
+        let facts = at.call.facts();
+        key.comm_size = u32::try_from(facts.size).unwrap_or(0);
+        candidates::<C>(&facts)
+    } else {
+        Vec::new()
+    };
+    let prediction = if warm {
+        predict(at, key.comm_size, &candidates)
+    } else {
+        None
+    };
+    let instances = search_instances(candidates.len());
     // Whether a search pays is agreed in the checkpoint too (a predicted key costs no search:
     // the budget does not hold it back), so that no rank's own view starts or skips one.
     let worth_searching = warm && {
-        let instances = search_instances(at);
         let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
         key.not_worth = ready.err();
         key.not_worth.is_none()
@@ -61,7 +73,7 @@ pub(super) fn checkpoint<C: Operation>(
         }) => {
             comm.interval = MIN_INTERVAL;
             if let Some((_, prediction)) = prediction {
-                start_predicted(at, key, winner, us, &prediction);
+                start_predicted(at, key, (winner, us), &prediction, instances);
             }
         }
         Ok(consensus::Checkpoint::Agreed {
@@ -69,7 +81,7 @@ pub(super) fn checkpoint<C: Operation>(
             search: true,
         }) => {
             comm.interval = MIN_INTERVAL;
-            start_search(at, comm, key);
+            start_search(at, comm, key, candidates);
         }
         Ok(consensus::Checkpoint::Disagreed) => {
             comm.interval = MIN_INTERVAL;
@@ -98,14 +110,13 @@ pub(super) fn checkpoint<C: Operation>(
     at.slot.schedule_check(comm, at.n);
 }
 
-/// The codelets that may run `call` and the tuner may try.
-fn candidates<C: Operation>(call: &C) -> Vec<Candidate> {
+/// The codelets that may run a call of `facts` and the tuner may try.
+pub(super) fn candidates<C: Operation>(facts: &Facts) -> Vec<Candidate> {
     let config = runtime::config();
-    let facts = call.facts();
     C::codelets()
         .iter()
         .enumerate()
-        .filter(|(i, c)| c.unmet(&facts).is_none() && !config.excluded(C::OP, *i))
+        .filter(|(i, c)| c.unmet(facts).is_none() && !config.excluded(C::OP, *i))
         .map(|(index, c)| Candidate {
             index,
             partners: c.attributes.partners,
@@ -114,28 +125,34 @@ fn candidates<C: Operation>(call: &C) -> Vec<Candidate> {
         .collect()
 }
 
-/// This rank's prediction from the history for the key at this call (the winner's registry
-/// index, and the prediction), when more than native applies.
-fn predict<C: Operation>(at: &SlowCall<C>) -> Option<(usize, Predicted)> {
+/// This rank's prediction from the history for the key at this call, on a communicator of
+/// `comm_size` ranks (the winner's registry index, and the prediction), when more than native
+/// applies.
+fn predict<C: Operation>(
+    at: &SlowCall<C>,
+    comm_size: u32,
+    candidates: &[Candidate],
+) -> Option<(usize, Predicted)> {
     let names = codelets::names(C::OP);
-    let candidates = candidates(at.call);
     if candidates.len() <= 1 {
         return None;
     }
     let applicable: Vec<&str> = candidates.iter().map(|c| names[c.index]).collect();
-    let predicted = knowledge::predict(C::OP.name(), &at.entry.description, &applicable)?;
+    let bytes = at.entry.description.bytes_per_call;
+    let predicted = knowledge::predict(C::OP.name(), comm_size, bytes, &applicable)?;
     let winner = names.iter().position(|n| *n == predicted.winner)?;
     Some((winner, predicted))
 }
 
 /// Every rank predicted `winner` at `us` per call: the key goes to production with it at once,
-/// and its first check is the safety net's (`drift::safety_net`).
+/// and its first check is the safety net's (`drift::safety_net`). A search would have run
+/// `instances` at most.
 fn start_predicted<C: Operation>(
     at: &SlowCall<C>,
     key: &mut TunerState,
-    winner: usize,
-    us: f64,
+    (winner, us): (usize, f64),
     prediction: &Predicted,
+    instances: u64,
 ) {
     let config = runtime::config();
     let names = codelets::names(C::OP);
@@ -155,7 +172,7 @@ fn start_predicted<C: Operation>(
         measured_us: None,
         pmax: config.pmax,
         outcome: VERIFYING.to_string(),
-        saved_instances: search_instances(at),
+        saved_instances: instances,
     });
     trace(at.entry, || {
         format!("predicted {} at {us:.1} us per call", names[winner])
@@ -168,26 +185,26 @@ fn start_predicted<C: Operation>(
         .settle(key, winner, Phase::Production(production), first_check);
 }
 
-/// The instances a search of the key at this call runs at most.
-fn search_instances<C: Operation>(at: &SlowCall<C>) -> u64 {
+/// The instances a search of `candidates` codelets runs at most.
+fn search_instances(candidates: usize) -> u64 {
     let settings = runtime::config().tuning;
     sampling::search_instances(
-        candidates(at.call).len(),
+        candidates,
         settings.timing,
         settings.block as usize,
         settings.samples,
     )
 }
 
-/// Starts (or restarts) the search of the key at this call; false when only native can run the
-/// call (the key then settles on native).
+/// Starts (or restarts) the search of the key at this call among `candidates`; false when only
+/// native can run the call (the key then settles on native).
 pub(super) fn start_search<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
+    candidates: Vec<Candidate>,
 ) -> bool {
     let config = runtime::config();
-    let candidates = candidates(at.call);
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
         let production = Phase::Production(Production::new(0, None));
@@ -196,7 +213,7 @@ pub(super) fn start_search<C: Operation>(
     }
     let settings = config.tuning;
     let plan = Plan::new(settings.search, candidates, settings.samples);
-    let timing = key.timing.unwrap_or(settings.timing);
+    let timing = key.timing();
     key.phase = Phase::Searching(Box::new(Sampler::new(
         plan,
         timing,

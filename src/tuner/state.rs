@@ -231,10 +231,10 @@ impl Tuner {
         self.check_drift_at(u64::MAX);
     }
 
-    /// The winner, every codelet's agreed estimate (microseconds, converted with
-    /// `us_per_tick`) and how the winner was found, if the key is in production after a search
-    /// that ran to its decision (not ended early, not overruled by the self-check) or after a
-    /// prediction the safety net confirmed (its measured time is then the one estimate).
+    /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
+    /// in production after a search that ran to its decision (not ended early, not overruled by
+    /// the self-check) or after a prediction the safety net confirmed (its measured time is then
+    /// the one estimate).
     pub fn decided(&self, us_per_tick: f64) -> Option<Decision> {
         let key = lock(&self.state);
         let Phase::Production(p) = &key.phase else {
@@ -243,21 +243,27 @@ impl Tuner {
         if key.reason.is_some() {
             return None;
         }
+        let decision = |estimates, how| Decision {
+            winner: p.winner,
+            estimates,
+            how,
+            comm_size: key.comm_size,
+            timing: key.timing(),
+        };
         if let Some(plan) = &key.decided {
             let us = |a: &Agreed| Agreed {
                 location: a.location * us_per_tick,
                 error: a.error * us_per_tick,
             };
             let estimates = plan.estimates.iter().map(|(i, a)| (*i, us(a))).collect();
-            return Some((p.winner, estimates, How::Search));
+            return Some(decision(estimates, How::Search));
         }
         let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
         let measured = Agreed {
             location: confirmed.measured_us?,
             error: 0.0,
         };
-        Some((
-            p.winner,
+        Some(decision(
             vec![(p.winner, measured)],
             How::PredictionConfirmed,
         ))
@@ -321,8 +327,12 @@ pub struct TunerState {
     pub not_worth: Option<(u64, f64)>,
     /// What the key ran when, for the report.
     pub timeline: Timeline,
-    /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING.
+    /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING
+    /// (`TunerState::timing`).
     pub timing: Option<Timing>,
+    /// The communicator's size (`Facts::size`), set at the key's warm checkpoints: the history
+    /// records decisions per communicator size.
+    pub comm_size: u32,
     /// Decisions the self-check found wrong.
     pub wrong: u32,
     /// The latest self-check, for the report (microseconds).
@@ -331,9 +341,26 @@ pub struct TunerState {
     pub prediction: Option<HistoryPrediction>,
 }
 
-/// A key's winner, every codelet's agreed estimate and how the winner was found
-/// (`Tuner::decided`).
-pub type Decision = (usize, Vec<(usize, Agreed)>, How);
+impl TunerState {
+    /// How the key's searches time their samples, and how its production is checked.
+    pub fn timing(&self) -> Timing {
+        self.timing.unwrap_or(runtime::config().tuning.timing)
+    }
+}
+
+/// What a key in production decided (`Tuner::decided`).
+pub struct Decision {
+    /// The winner's index in the operation's registry.
+    pub winner: usize,
+    /// Every codelet that ran: its index and agreed estimate in microseconds (the same on every
+    /// rank, up to each rank's clock calibration).
+    pub estimates: Vec<(usize, Agreed)>,
+    /// A search or a confirmed prediction.
+    pub how: How,
+    pub comm_size: u32,
+    /// How the estimates were timed.
+    pub timing: Timing,
+}
 
 /// `HistoryPrediction::outcome`s.
 pub const VERIFYING: &str = "verifying";

@@ -37,7 +37,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
     entries.sort_by(|a, b| {
         (&a.op, a.comm_size, a.bytes, a.time).cmp(&(&b.op, b.comm_size, b.bytes, b.time))
     });
-    let rows: Vec<[String; 9]> = entries
+    let rows: Vec<[String; 10]> = entries
         .iter()
         .map(|e| {
             [
@@ -50,6 +50,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
                 e.bytes.to_string(),
                 e.winner.clone(),
                 e.how.name().to_string(),
+                e.timing.clone().unwrap_or_else(|| "-".to_string()),
                 estimates(e),
             ]
         })
@@ -63,6 +64,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
         "bytes",
         "winner",
         "how",
+        "timing",
         "estimates (us)",
     ];
     let mut widths = heading.map(|h| h.chars().count());
@@ -156,6 +158,7 @@ mod tests {
                     error_us: 0.5,
                 },
             ],
+            timing: Some("local".into()),
             winner: "ring".into(),
             time: 0,
             how: How::Search,
@@ -174,7 +177,7 @@ mod tests {
         assert_eq!(lines[0], "history /h: 1 entries in 1 files");
         assert!(lines[1].starts_with("date (UTC)        op  "), "{text}");
         assert!(
-            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  native=312.2±1.0 ring=12.0±0.5"),
+            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  local   native=312.2±1.0 ring=12.0±0.5"),
             "{text}"
         );
     }

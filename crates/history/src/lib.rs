@@ -7,10 +7,15 @@
 //! reader never sees a file being written and jobs finishing at once never write the same file
 //! (no lock: shared cluster file systems lock badly, and a rename within a directory is atomic
 //! on every POSIX file system). A file's first line is the version header
-//! `{"commtune_history":1}`; every further line is one `Entry` as JSON.
+//! `{"commtune_history":2}`; every further line is one `Entry` as JSON.
 //!
-//! Reading never fails: a file that cannot be read, has no header or a foreign version is
-//! skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
+//! Versions: a new version marks a change that an older reader would misread (version 2 added
+//! each entry's `timing`: a reader that ignored it would compare times measured in different
+//! ways), so an older commtune skips the newer files. This crate reads every version from
+//! `OLDEST` (an entry of version 1 has no `timing`).
+//!
+//! Reading never fails nor blocks: a file that cannot be read, is not a regular file, has no
+//! header or a foreign version is skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
 //! alone, and all of it together makes one warning line (`Loaded::warning`).
 
 use std::fs;
@@ -26,8 +31,11 @@ pub mod predict;
 /// The collectives whose decisions the store holds, as entries name them.
 pub const OPERATIONS: [&str; 3] = ["allreduce", "alltoall", "allgatherv"];
 
-/// The version of the format this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The version of the format this crate writes.
+pub const VERSION: u32 = 2;
+
+/// The oldest version this crate reads.
+pub const OLDEST: u32 = 1;
 
 /// The first line of every file.
 #[derive(Serialize, Deserialize)]
@@ -92,7 +100,12 @@ impl From<(String, f64, f64)> for Estimate {
 
 impl From<Estimate> for (String, f64, f64) {
     fn from(e: Estimate) -> (String, f64, f64) {
-        let ns = |us: f64| (us * 1e3).round() / 1e3;
+        // Beyond 1e305 µs the rounding would overflow to infinity, which JSON cannot hold.
+        let ns = |us: f64| {
+            Some((us * 1e3).round() / 1e3)
+                .filter(|r| r.is_finite())
+                .unwrap_or(us)
+        };
         (e.codelet, ns(e.us), ns(e.error_us))
     }
 }
@@ -119,6 +132,11 @@ pub struct Entry {
     pub platform: Platform,
     /// Every codelet that ran in the search, in the order the search tried them.
     pub estimates: Vec<Estimate>,
+    /// How the estimates were timed, as COMMTUNE_TIMING names it (`local`, `barrier`,
+    /// `period`): times of different timings measure different things and do not compare.
+    /// None in entries of version 1, which did not record it, and in ping-pong samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
     pub winner: String,
     /// Seconds since 1970 (UTC) when the job wrote the entry.
     pub time: u64,
@@ -255,6 +273,13 @@ pub fn load(dir: &Path) -> Loaded {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        // A pipe would block the reader (and the first checkpoint that waits for it) forever,
+        // a device such as /dev/zero fill the memory.
+        if fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+            loaded.skipped_files += 1;
+            loaded.problem(format!("{name}: not a regular file"));
+            continue;
+        }
         match fs::read(&path) {
             Ok(bytes) => match parse(&bytes, &mut loaded.entries) {
                 Ok((0, _)) => loaded.files += 1,
@@ -289,10 +314,10 @@ fn parse(bytes: &[u8], into: &mut Vec<Entry>) -> Result<(usize, String), String>
     let mut lines = bytes.split(|b| *b == b'\n');
     let header = lines.next().unwrap_or_default();
     match serde_json::from_slice::<Header>(header) {
-        Ok(h) if h.commtune_history == VERSION => {}
+        Ok(h) if (OLDEST..=VERSION).contains(&h.commtune_history) => {}
         Ok(h) => {
             return Err(format!(
-                "format version {}, this commtune reads {VERSION}",
+                "format version {}, this commtune reads {OLDEST} to {VERSION}",
                 h.commtune_history
             ));
         }

@@ -25,6 +25,7 @@ pub fn entry(op: &str, comm_size: u32, bytes: u64, times: &[(&str, f64)]) -> Ent
                 error_us: 0.1,
             })
             .collect(),
+        timing: Some("local".to_string()),
         winner: String::new(),
         time: 0,
         how: How::Search,

@@ -47,6 +47,7 @@ fn entry(n: u64) -> Entry {
             error_us: 0.25,
         })
         .collect(),
+        timing: Some("local".to_string()),
         winner: "ring".to_string(),
         time: 1_795_000_000 + n,
         how: How::Search,
@@ -64,7 +65,7 @@ fn written_entries_read_back() {
     let path = write(&dir, &name(0), &entries).unwrap();
     assert!(path.starts_with(&dir));
     let text = fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("{\"commtune_history\":1}\n"), "{text}");
+    assert!(text.starts_with("{\"commtune_history\":2}\n"), "{text}");
     let loaded = load(&dir);
     assert_eq!(loaded.entries, entries);
     assert_eq!((loaded.files, loaded.skipped_files), (1, 0));
@@ -78,6 +79,29 @@ fn written_entries_read_back() {
         text.contains("\"estimates\":[[\"native\",1.235,0.25],"),
         "{text}"
     );
+}
+
+/// A file of version 1 (before entries said how they were timed) is read, its entries
+/// without a timing.
+#[test]
+fn version_one_is_read_without_timing() {
+    let dir = scratch("version1");
+    fs::write(
+        dir.join("old.jsonl"),
+        "{\"commtune_history\":1}\n{\"op\":\"allreduce\",\"comm_size\":2,\"ranks_per_node\":2,\
+         \"size_class\":\"8 B-12 B\",\"bytes\":8,\"signature\":\"\",\"facts\":\"size=2\",\
+         \"mpi\":\"Open MPI v4.1.4\",\"platform\":{\"host\":\"vm\",\"cpu\":\"AMD EPYC\",\
+         \"transport\":\"shared memory\"},\"estimates\":[[\"native\",0.197,0.026]],\
+         \"winner\":\"native\",\"time\":1795516754,\"how\":\"calibrate\"}\n",
+    )
+    .unwrap();
+    let text = fs::read_to_string(write(&dir, &name(0), &[entry(1)]).unwrap()).unwrap();
+    assert!(text.contains(",\"timing\":\"local\","), "{text}");
+    let loaded = load(&dir);
+    assert_eq!(loaded.warning(&dir), None);
+    assert_eq!((loaded.files, loaded.entries.len()), (2, 2));
+    let timings: Vec<Option<&str>> = loaded.entries.iter().map(|e| e.timing.as_deref()).collect();
+    assert_eq!(timings, [Some("local"), None]);
 }
 
 #[test]
@@ -151,7 +175,7 @@ fn foreign_version_and_garbage_are_skipped_with_one_warning() {
     write(&dir, &name(0), &[entry(0)]).unwrap();
     fs::write(
         dir.join("a-future.jsonl"),
-        "{\"commtune_history\":2}\n{\"op\":1}\n",
+        "{\"commtune_history\":3}\n{\"op\":1}\n",
     )
     .unwrap();
     fs::write(dir.join("b-garbage.jsonl"), b"\x00\xffnot json at all").unwrap();
@@ -171,11 +195,31 @@ fn foreign_version_and_garbage_are_skipped_with_one_warning() {
     let warning = loaded.warning(&dir).unwrap();
     assert!(
         warning.contains(
-            "ignored 3 files and 2 lines (a-future.jsonl: format version 2, this commtune reads 1)"
+            "ignored 3 files and 2 lines (a-future.jsonl: format version 3, this commtune reads 1 to 2)"
         ),
         "{warning}"
     );
     assert!(!warning.contains('\n'));
+}
+
+/// A pipe or a device named like a store file is skipped with the warning, not read: reading
+/// would block forever or never end.
+#[test]
+fn pipes_and_devices_are_skipped() {
+    let dir = scratch("special");
+    write(&dir, &name(0), &[entry(0)]).unwrap();
+    let fifo = dir.join("a-pipe.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("b-zero.jsonl")).unwrap();
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, vec![entry(0)]);
+    assert_eq!((loaded.files, loaded.skipped_files), (1, 2));
+    let warning = loaded.warning(&dir).unwrap();
+    assert!(
+        warning.contains("ignored 2 files (a-pipe.jsonl: not a regular file)"),
+        "{warning}"
+    );
 }
 
 #[test]
@@ -271,4 +315,141 @@ fn platform_facts() {
     let a = file_name("node/../1", 1, 2);
     assert!(!a.contains('/') && a.ends_with(".jsonl"), "{a}");
     assert_ne!(file_name("h", 1, 2), file_name("h", 1, 2));
+}
+
+/// What a corrupt or foreign store may hold, as entries (the library aborts on a panic, and its
+/// reader runs at MPI_Init): each a sane entry with one thing wrong.
+fn hostile() -> Vec<Entry> {
+    let with = |change: &dyn Fn(&mut Entry)| {
+        let mut e = entry(7);
+        change(&mut e);
+        e
+    };
+    let times = |us: &[(&str, f64)]| {
+        let estimates = us
+            .iter()
+            .map(|&(codelet, us)| Estimate {
+                codelet: codelet.to_string(),
+                us,
+                error_us: us,
+            })
+            .collect::<Vec<_>>();
+        with(&move |e: &mut Entry| e.estimates = estimates.clone())
+    };
+    let mut all = vec![
+        times(&[("native", f64::NAN), ("ring", 5.0)]),
+        times(&[("native", f64::INFINITY), ("ring", f64::NEG_INFINITY)]),
+        times(&[("native", -3.0), ("ring", 0.0)]),
+        times(&[("native", 1e300), ("ring", 1e-300)]),
+        times(&[("native", f64::MAX), ("ring", f64::MIN_POSITIVE)]),
+        times(&[
+            ("ring", 2.0),
+            ("ring", 1.0),
+            ("ring", f64::NAN),
+            ("native", 3.0),
+        ]),
+        times(&[("native", f64::NAN)]),
+        times(&[]),
+        with(&|e| e.winner = "not a codelet".to_string()),
+        with(&|e| e.winner.clear()),
+        with(&|e| e.op.clear()),
+        with(&|e| e.op = "bcast".to_string()),
+        with(&|e| e.op = PING_PONG.to_string()),
+        with(&|e| e.estimates[0].error_us = f64::NAN),
+        with(&|e| e.estimates[1].codelet.clear()),
+        with(&|e| e.timing = Some("sideways".to_string())),
+        with(&|e| e.time = u64::MAX),
+    ];
+    for comm_size in [0, 1, 3, u32::MAX] {
+        for bytes in [0, 1, 65, u64::MAX] {
+            all.push(with(&|e| (e.comm_size, e.bytes) = (comm_size, bytes)));
+        }
+    }
+    all
+}
+
+/// Hostile entries read from a store and given to the knowledge: the reader keeps what JSON can
+/// hold (NaN and infinities cannot: those lines are skipped with the one warning), and neither
+/// the analysis nor any prediction, decision map or leave-one-out panics; what sane entries
+/// decided still predicts.
+#[test]
+fn hostile_entries_never_panic() {
+    use crate::predict::{self, Knowledge, Predictor, Problem};
+
+    let dir = scratch("hostile");
+    let sane: Vec<Entry> = (0..8).map(entry).collect();
+    write(&dir, &name(0), &sane).unwrap();
+    write(&dir, &name(1), &hostile()).unwrap();
+    let huge = r#"{"op":"allreduce","comm_size":99999999999,"size_class":"","bytes":1,"signature":"","facts":"","mpi":"","platform":{"host":"","cpu":"","transport":""},"estimates":[],"winner":"","time":0,"how":"search"}"#;
+    let overflow = r#"{"op":"allreduce","comm_size":4,"size_class":"","bytes":-1,"signature":"","facts":"","mpi":"","platform":{"host":"","cpu":"","transport":""},"estimates":[["ring",1e999,0]],"winner":"","time":0,"how":"search"}"#;
+    fs::write(
+        dir.join("z-hostile-lines.jsonl"),
+        format!(
+            "{{\"commtune_history\":2}}\n{huge}\n{overflow}\n[[[[[[[[[[[[[[[[[[[[\n\"\\ud800\"\n"
+        ),
+    )
+    .unwrap();
+    let loaded = load(&dir);
+    // Five entries with a time JSON cannot hold (NaN, infinities: written as null) and the four
+    // bad lines.
+    assert_eq!(loaded.skipped_lines, 5 + 4, "{:?}", loaded.first_problem);
+    let warning = loaded.warning(&dir).expect("a warning");
+    assert!(!warning.contains('\n'));
+    assert_eq!(loaded.entries.len(), sane.len() + hostile().len() - 5);
+
+    let applicable: [&dyn Fn(&str) -> bool; 4] = [&|_| true, &|_| false, &|c| c == "ring", &|c| {
+        c == "not a codelet"
+    }];
+    let predict_all = |knowledge: &Knowledge| {
+        for op in ["allreduce", "bcast", "", PING_PONG] {
+            for comm_size in [0, 1, 2, 4, 5, u32::MAX] {
+                for bytes in [0, 1, 64, 70, 1 << 20, u64::MAX] {
+                    let problem = Problem {
+                        op,
+                        comm_size,
+                        bytes,
+                    };
+                    for (a, applicable) in applicable.iter().enumerate() {
+                        for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+                            if let Some(p) = knowledge.predict_with(&problem, applicable, predictor)
+                            {
+                                assert!(applicable(&p.winner), "{a}: {p:?}");
+                                assert!(p.us >= 0.0, "{p:?}");
+                            }
+                        }
+                    }
+                }
+            }
+            knowledge.map().depth(op);
+            knowledge.map().ranges(op, 4);
+        }
+    };
+    let in_memory: Vec<Entry> = sane.iter().cloned().chain(hostile()).collect();
+    for entries in [&loaded.entries, &in_memory] {
+        for pmax in [0.0, 0.1, 1e300] {
+            let mut knowledge = Knowledge::new(entries, pmax);
+            predict_all(&knowledge);
+            let ring = knowledge.predict(
+                &Problem {
+                    op: "allreduce",
+                    comm_size: 4,
+                    bytes: 70,
+                },
+                &|_| true,
+            );
+            assert_eq!(ring.map(|p| p.winner), Some("native".to_string()));
+            // Decisions of the run added one by one, as the library learns them.
+            for e in hostile() {
+                knowledge.add(e);
+            }
+            predict_all(&knowledge);
+            let measured = predict::merge(entries);
+            for predictor in [Predictor::Closest, Predictor::Vote, Predictor::Map] {
+                predict::leave_one_out(&measured, pmax, predictor);
+                predict::against(&knowledge, &measured, pmax, predictor);
+            }
+            let all: Vec<_> = measured.iter().collect();
+            crate::map::leave_one_out(&all, pmax);
+        }
+    }
 }

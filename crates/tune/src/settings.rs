@@ -36,6 +36,9 @@ impl Timing {
     }
 }
 
+/// The samples per codelet COMMTUNE_SAMPLES accepts.
+pub const SAMPLES: std::ops::RangeInclusive<u32> = 1..=1000;
+
 /// The tuner's knobs.
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub struct Settings {

@@ -19,11 +19,13 @@ mod plan;
 mod program;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::{self as history, Entry, Estimate, How};
 use commtune_tune::classes::class_name;
+use commtune_tune::settings::SAMPLES;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Failure;
@@ -103,13 +105,21 @@ fn calls_per_point(samples: u32) -> u32 {
 /// default: a calibration runs once, and its noise is what limits every prediction from it.
 /// Leave-one-out prediction within 10 % (`commtune map`, 40 points, shared memory, 2 ranks,
 /// two or three calibrations each): Open MPI 93 % with 8 samples, 96 % with 16 and 32; MPICH
-/// 90 to 92 % with 8 and 16, 93 to 96 % with 32 (LD_PRELOAD.md, "Calibration").
-fn samples() -> u32 {
-    std::env::var("COMMTUNE_SAMPLES")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .filter(|s| (1..=1000).contains(s))
-        .unwrap_or(32)
+/// 90 to 92 % with 8 and 16, 93 to 96 % with 32 (LD_PRELOAD.md, "Calibration"). A value the
+/// library would not accept is an error here, not a default as in the library: a calibration
+/// runs for minutes, and one with samples the user did not mean is wasted.
+fn samples(value: Option<OsString>) -> Result<u32, String> {
+    let Some(value) = value else {
+        return Ok(32);
+    };
+    let accepted = value.to_str().map(str::trim).and_then(|v| v.parse().ok());
+    accepted.filter(|s| SAMPLES.contains(s)).ok_or_else(|| {
+        format!(
+            "COMMTUNE_SAMPLES={value:?} is not valid (accepted: an integer from {} to {})",
+            SAMPLES.start(),
+            SAMPLES.end()
+        )
+    })
 }
 
 /// Launcher runs a size gets before calibrate gives up on it.
@@ -125,6 +135,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     if args.points == 0 {
         return Err(usage("--points must be at least 1"));
     }
+    let samples = samples(std::env::var_os("COMMTUNE_SAMPLES")).map_err(usage)?;
     if args.command.is_empty() {
         return Err(usage(
             "calibrate needs the launcher after `--`, e.g. `commtune calibrate -- mpirun -np 4`",
@@ -156,7 +167,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         command: &args.command,
         library: &library,
         program: &program,
-        samples: samples(),
+        samples,
     };
     let mut calibration = Calibration::probe(&job, &store, &ops, range)?;
     let stop = calibration.sweep(
@@ -352,6 +363,7 @@ impl Calibration {
                     us,
                     error_us,
                 }],
+                timing: None,
                 winner: "native".to_string(),
                 time: time.as_secs(),
                 how: How::Calibrate,

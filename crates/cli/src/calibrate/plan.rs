@@ -386,6 +386,7 @@ mod tests {
                     error_us: 0.1,
                 },
             ],
+            timing: Some("local".into()),
             winner: winner.into(),
             time,
             how: How::Calibrate,

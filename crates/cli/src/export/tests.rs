@@ -30,6 +30,7 @@ fn entry(mpi: &str, op: &str, comm_size: u32, bytes: u64, estimates: &[(&str, f6
             transport: "shared memory".into(),
         },
         estimates,
+        timing: Some("local".into()),
         winner,
         time: 0,
         how: How::Search,
