@@ -72,7 +72,7 @@ fn decided_keys_are_recorded_and_listed() {
     assert!(e.mpi.contains("Open MPI"), "{}", e.mpi);
     assert_eq!(e.platform.transport, "shared memory");
     assert_eq!(e.how, commtune_history::How::Search);
-    assert_eq!(e.timing.as_deref(), Some("local"));
+    assert_eq!(e.timing.as_deref(), Some("barrier"));
     let native = e.estimates.iter().find(|c| c.codelet == "native").unwrap();
     let ring = e.winner_estimate().expect("the winner's estimate");
     assert!(native.us > ring.us + 1000.0, "{e:#?}");
@@ -94,7 +94,7 @@ fn decided_keys_are_recorded_and_listed() {
         .unwrap_or_else(|| panic!("no allreduce line:\n{text}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     assert!(
-        words.contains(&"ring") && words.contains(&"search") && words.contains(&"local"),
+        words.contains(&"ring") && words.contains(&"search") && words.contains(&"barrier"),
         "{line}"
     );
     assert!(line.contains("native=") && line.contains("ring="), "{line}");
@@ -328,7 +328,7 @@ fn hostile_entries_are_read_without_an_abort() {
 }
 
 /// A search the self-check reopened times with the other timing (`period`), and its entry says
-/// so: its times do not compare with those of the job's COMMTUNE_TIMING (`local`).
+/// so: its times do not compare with those of the job's COMMTUNE_TIMING (`barrier` by default).
 #[test]
 fn a_reopened_search_records_its_own_timing() {
     let dir = scratch("history_reopened");

@@ -214,7 +214,7 @@ fn another_timing_predicts_nothing(flavour: Flavour) {
     };
     let first = tuned(flavour, &exe, &dir, &store, "ring").go();
     searched(&allreduce(&first), "ring");
-    assert_eq!(timings(&store), [Some("local".to_string())]);
+    assert_eq!(timings(&store), [Some("barrier".to_string())]);
     let period = |store: &Path| {
         tuned(flavour, &exe, &dir, store, "ring")
             .env("COMMTUNE_TIMING", "period")
@@ -225,7 +225,7 @@ fn another_timing_predicts_nothing(flavour: Flavour) {
     recorded.sort();
     assert_eq!(
         recorded,
-        [Some("local".to_string()), Some("period".to_string())]
+        [Some("barrier".to_string()), Some("period".to_string())]
     );
     // Its own timing's entry predicts the next period run.
     predicted(&allreduce(&period(&store).go()), "ring");
