@@ -319,7 +319,7 @@ mod tests {
     fn one_line_per_configuration_and_the_default_marked() {
         let options = options(
             &[],
-            &["local".into()],
+            &["barrier".into()],
             &["robust".into()],
             &[1, 2],
             &[4],
@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(lines.len(), 6, "3 policies x 2 blocks: {out}");
         let marked: Vec<&&str> = lines.iter().filter(|l| l.starts_with("  *")).collect();
         assert_eq!(marked.len(), 1, "{out}");
-        assert!(marked[0].contains("attributes local   robust        1       4"));
+        assert!(marked[0].contains("attributes barrier robust        1       4"));
         assert_eq!(out, text(data("shm-allreduce-64k"), &options).unwrap());
     }
 
