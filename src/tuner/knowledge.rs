@@ -147,22 +147,24 @@ pub fn learn(
         return;
     };
     let names = codelets::names(entry.op);
-    let estimates = estimates
-        .map(|(i, us)| Estimate {
-            codelet: names[i].to_string(),
-            us,
-            error_us: 0.0,
-        })
-        .collect();
-    let decided = self::entry(
-        entry.op.name(),
-        &entry.description,
-        estimates,
-        names[winner],
-        how,
-        process,
-    );
-    known(|k| k.add(decided));
+    // Made only with a store to add it to: the platform it records reads /proc/cpuinfo.
+    known(|k| {
+        let estimates = estimates
+            .map(|(i, us)| Estimate {
+                codelet: names[i].to_string(),
+                us,
+                error_us: 0.0,
+            })
+            .collect();
+        k.add(self::entry(
+            entry.op.name(),
+            &entry.description,
+            estimates,
+            names[winner],
+            how,
+            process,
+        ));
+    });
 }
 
 /// The history entry of a decided key: `estimates` in microseconds, the winner's among them.
