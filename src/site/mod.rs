@@ -57,8 +57,8 @@ pub fn prepare() {
     }
 }
 
-/// The main program's path is as it was started (often relative): rank 0 may symbolize from
-/// another working directory.
+/// The canonical path of `object`, resolved once per object: the main program's path is as it
+/// was started (often relative), and rank 0 may symbolize from another working directory.
 fn canonical(object: String) -> String {
     if let Some(path) = CANONICAL.get(&object) {
         return path.clone();
