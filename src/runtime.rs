@@ -101,8 +101,13 @@ pub fn to_report() -> Option<&'static Process> {
 
 /// This machine's host name (empty if it has none): the kernel's, of this process's UTS
 /// namespace, as gethostname(2) reads it.
+/// Read once (at MPI_Init, `started`): the report and the history need it.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim_end().to_owned())
-        .unwrap_or_default()
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim_end().to_owned())
+            .unwrap_or_default()
+    })
+    .clone()
 }

@@ -356,6 +356,45 @@ fn drift_reopens_the_search_and_moves_to_the_new_winner() {
 }
 
 #[test]
+fn drift_checks_of_a_steady_key_space_out() {
+    // ring wins and stays steady at 1 ms a call (every other codelet 5 ms): each drift check
+    // finds no drift, so the calls to the next one double from COMMTUNE_DRIFT_INTERVAL.
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
+    delays.push("allreduce:ring=1ms".into());
+    for (flavour, np) in [(OpenMpi, 2), (Mpich, 2)] {
+        let job = tuned_loop(
+            flavour,
+            np,
+            "drift_spacing",
+            "600",
+            &[
+                ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
+                ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
+                ("COMMTUNE_DRIFT_INTERVAL", "32"),
+            ],
+        );
+        let report = job.report();
+        let t = tuning(loop_site(&report, "SITE:allreduce"));
+        assert_eq!(t["winner"], "ring", "{flavour:?}: {t:#}");
+        assert_eq!(t["searches"], 1, "{flavour:?}: nothing reopened: {t:#}");
+        let checks: Vec<u64> = t["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "drift")
+            .map(|e| e["call"].as_u64().unwrap())
+            .collect();
+        let gaps: Vec<u64> = checks.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.len() >= 3, "{flavour:?}: checks at {checks:?}");
+        assert_eq!(
+            gaps[..3],
+            [64, 128, 256],
+            "{flavour:?}: checks at {checks:?}"
+        );
+    }
+}
+
+#[test]
 fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     // ring wins the search (calls 5 to 18 with these knobs, the decision at 19); from call 24
     // on it is the slowest, inside the window the self-check times after the decision.

@@ -12,15 +12,16 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::fmt::Write;
 use std::hash::Hasher;
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 
 use commtune_report::Op;
 use commtune_tune::classes::size_class;
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::{Completed, agreement, rank_tuner};
+use super::rank_tuner::{self, Class};
+use super::{Completed, agreement};
 use crate::codelets::halo::neighbor::{self, Expected};
 use crate::codelets::halo::{CODELETS, IRECV_FIRST, NATIVE, NEIGHBOR, PERSISTENT, deferred};
 use crate::config::Mode;
@@ -57,9 +58,10 @@ struct Tracker {
     /// The episode's first post (its call site and message), which predicts its key.
     first: u64,
     /// The key this episode is expected to be, from the last episode with the same first post,
-    /// and its tuning class then (`rank_tuner::class`).
+    /// and its tuning class then (`rank_tuner::class`), taken from `PREDICTIONS` until the
+    /// episode closes.
     predicted: Option<&'static Entry>,
-    predicted_class: Option<u64>,
+    predicted_class: Option<Arc<Class>>,
     /// The halo codelet the episode is to run.
     codelet: usize,
     /// Receives the predicted key has (None without a prediction), and those posted so far.
@@ -81,11 +83,10 @@ thread_local! {
 }
 
 /// What the last episode that started with a first post was.
-#[derive(Clone, Copy)]
 struct Prediction {
     entry: &'static Entry,
     /// Its tuning class (tuning only).
-    class: Option<u64>,
+    class: Option<Arc<Class>>,
     recvs: usize,
 }
 
@@ -98,10 +99,11 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
             return (t.codelet, None);
         }
         t.first = first_post(caller, call);
-        let prediction = PREDICTIONS.with_borrow(|p| p.get(&t.first).copied());
-        t.predicted = prediction.map(|p| p.entry);
+        // Taken, not copied: the class goes back when the episode closes.
+        let prediction = PREDICTIONS.with_borrow_mut(|p| p.remove(&t.first));
+        t.predicted = prediction.as_ref().map(|p| p.entry);
+        t.expected_recvs = prediction.as_ref().map(|p| p.recvs);
         t.predicted_class = prediction.and_then(|p| p.class);
-        t.expected_recvs = prediction.map(|p| p.recvs);
         if agreement::may_agree() && !t.watching {
             t.watching = true;
             deferred::watch_begins();
@@ -109,7 +111,9 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         let config = runtime::config();
         t.codelet = match config.forced(Op::Halo) {
             Some(forced) => forced,
-            None if config.mode == Mode::Tune => t.predicted_class.map_or(0, rank_tuner::choose),
+            None if config.mode == Mode::Tune => {
+                t.predicted_class.as_deref().map_or(0, rank_tuner::choose)
+            }
             None => 0,
         };
         (t.codelet, t.predicted)
@@ -324,15 +328,24 @@ impl Tracker {
         // nothing of that to gain, so a search could only cost (LAMMPS's lone receives).
         let exchange = real().nth(1).is_some();
         let tuned = config.mode == Mode::Tune && config.forced(Op::Halo).is_none() && exchange;
-        let class = tuned.then(|| rank_tuner::class(entry, communicators(ops)));
-        let measured = match class {
-            Some(class) => {
-                let chosen =
-                    (expected && self.predicted_class == Some(class)).then_some(self.codelet);
-                rank_tuner::completed(entry, class, chosen, ran, unchanged, elapsed, now)
+        // The predicted key's class while it lives (the key fixes the communicators, and their
+        // epochs change only when one is freed, which drops the class): the codelet chosen at
+        // the first post was chosen for it. Otherwise the class is found anew.
+        let class = match self.predicted_class.take() {
+            Some(class) if expected && class.is_live() => Some((class, Some(self.codelet))),
+            _ if tuned => Some((
+                rank_tuner::class(entry, handles(ops), communicators(ops)),
+                None,
+            )),
+            _ => None,
+        };
+        let measured = match &class {
+            Some((class, chosen)) => {
+                rank_tuner::completed(entry, class, *chosen, ran, unchanged, elapsed, now)
             }
             None => Measured::Other,
         };
+        let class = class.map(|(class, _)| class);
         entry.record_ending(elapsed, ran, measured, now);
         let prediction = Prediction {
             entry,
@@ -347,6 +360,14 @@ impl Tracker {
         });
         self.reset();
     }
+}
+
+/// The communicator handles of an episode's messages, each once.
+fn handles(ops: &[Posted]) -> Vec<usize> {
+    let mut handles: Vec<usize> = ops.iter().map(|op| op.comm.bits()).collect();
+    handles.sort_unstable();
+    handles.dedup();
+    handles
 }
 
 /// The epochs of the communicators of an episode's messages, hashed: a handle MPI gives to a new

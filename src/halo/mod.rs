@@ -61,6 +61,7 @@ pub fn agree_at_collective(comm: MPI_Comm, tuned: bool) {
 /// The application freed a communicator (`comms` hook).
 pub fn comm_freed(bits: usize) {
     agreement::forget(bits);
+    rank_tuner::comm_freed(bits);
 }
 
 /// Whether `request` is one of the `neighbor` codelet's generalized requests, which the library

@@ -19,11 +19,14 @@
 //! second one falls back to native.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
-//! communicators, so that a communicator handle MPI hands out again starts afresh.
+//! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
+//! found once per episode prediction (`episode`) and then handed back with each completion, so
+//! that a settled episode costs one uncontended lock here (ARCHITECTURE.md, invariant 7); the
+//! classes of a communicator are dropped when the application frees it (`comm_freed`).
 
 use std::hash::Hasher;
-use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use commtune_report::{Op, TuningData};
 use dashmap::DashMap;
@@ -40,6 +43,7 @@ use crate::codelets;
 use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::runtime;
+use crate::sync::lock;
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -108,27 +112,77 @@ struct Production {
     window: Vec<u64>,
 }
 
-/// Keyed by `class`: episodes whose messages differ only a little in size share one search.
-static TUNING: LazyLock<DashMap<u64, EpisodeTuner, FxBuildHasher>> =
-    LazyLock::new(DashMap::default);
-
-/// The class of each entry's latest instance (by entry id), for the report and the agreement.
-static CLASS_OF: LazyLock<DashMap<usize, u64, FxBuildHasher>> = LazyLock::new(DashMap::default);
-
-/// The tuning class of an instance of `entry` whose communicators' epochs hash to
-/// `communicators` (`comms::Communicator::epoch`: a freed handle's successor gets a new one).
-pub fn class(entry: &Entry, communicators: u64) -> u64 {
-    let mut h = FxHasher::default();
-    h.write_u64(entry.description.class.unwrap_or(entry.id() as u64));
-    h.write_u64(communicators);
-    h.finish()
+/// One tuning class: episodes whose messages differ only a little in size, on the same
+/// communicators, share one search.
+pub struct Class {
+    id: u64,
+    /// The handles of its communicators: freeing one drops the class.
+    comms: Vec<usize>,
+    /// False once dropped: an episode predicted to be in it finds its class anew.
+    live: AtomicBool,
+    tuner: Mutex<EpisodeTuner>,
 }
 
-/// The codelet the next instance of tuning class `class` runs.
-pub fn choose(class: u64) -> usize {
-    let Some(t) = TUNING.get(&class) else {
+impl Class {
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+/// The classes of the communicators alive, by id.
+static TUNING: LazyLock<DashMap<u64, Arc<Class>, FxBuildHasher>> = LazyLock::new(DashMap::default);
+
+/// The class of each entry's latest instance (by entry id), for the report and the agreement;
+/// kept after its communicator is freed, so that the report still shows how it was tuned.
+static CLASS_OF: LazyLock<DashMap<usize, Arc<Class>, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// The tuning class of an instance of `entry` on the communicators `comms` (handles) whose
+/// epochs hash to `epochs` (`comms::Communicator::epoch`: a freed handle's successor gets a new
+/// one). Off the settled path: an episode predicted to be `entry` reuses its class while it is
+/// live.
+pub fn class(entry: &Entry, comms: Vec<usize>, epochs: u64) -> Arc<Class> {
+    let mut h = FxHasher::default();
+    h.write_u64(entry.description.class.unwrap_or(entry.id() as u64));
+    h.write_u64(epochs);
+    let id = h.finish();
+    let class = TUNING
+        .entry(id)
+        .or_insert_with(|| {
+            Arc::new(Class {
+                id,
+                comms,
+                live: AtomicBool::new(true),
+                tuner: Mutex::default(),
+            })
+        })
+        .clone();
+    if CLASS_OF.get(&entry.id()).is_none_or(|c| c.id != id) {
+        CLASS_OF.insert(entry.id(), class.clone());
+    }
+    class
+}
+
+/// The application freed the communicator of handle `bits`: its classes are dropped (a handle
+/// MPI hands out again starts afresh, and the table stays as large as the live communicators'
+/// classes).
+pub fn comm_freed(bits: usize) {
+    TUNING.retain(|_, class| {
+        let dropped = class.comms.contains(&bits);
+        if dropped {
+            class.live.store(false, Ordering::Relaxed);
+        }
+        !dropped
+    });
+}
+
+/// The codelet the next instance of tuning class `class` runs (native once it is dropped: the
+/// instance belongs to a class of the communicator now behind the handle).
+pub fn choose(class: &Class) -> usize {
+    if !class.is_live() {
         return NATIVE;
-    };
+    }
+    let t = lock(&class.tuner);
     match (&t.production, &t.search) {
         (Some(p), _) => p.winner,
         (None, Some(s)) => s.next.0,
@@ -142,7 +196,7 @@ pub fn choose(class: u64) -> usize {
 /// instance was for the report.
 pub fn completed(
     entry: &'static Entry,
-    class: u64,
+    class: &Class,
     chosen: Option<usize>,
     ran: usize,
     unchanged: bool,
@@ -150,10 +204,7 @@ pub fn completed(
     now: u64,
 ) -> Measured {
     let now_episode = EPISODES.fetch_add(1, Ordering::Relaxed);
-    if CLASS_OF.get(&entry.id()).is_none_or(|c| *c != class) {
-        CLASS_OF.insert(entry.id(), class);
-    }
-    let mut t = TUNING.entry(class).or_default();
+    let mut t = lock(&class.tuner);
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
@@ -404,18 +455,18 @@ impl Search {
 
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
-    let Some(class) = CLASS_OF.get(&entry.id()).map(|c| *c) else {
+    let Some(class) = CLASS_OF.get(&entry.id()).map(|c| c.clone()) else {
         return false;
     };
-    TUNING.get(&class).is_some_and(|t| t.production.is_some())
+    lock(&class.tuner).production.is_some()
 }
 
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let warmup = runtime::config().tuning.warmup;
     let names = codelets::names(Op::Halo);
-    let class = CLASS_OF.get(&entry.id()).map(|c| *c);
-    let Some(t) = class.and_then(|c| TUNING.get(&c)) else {
+    let class = CLASS_OF.get(&entry.id()).map(|c| c.clone());
+    let Some(t) = class.as_ref().map(|c| lock(&c.tuner)) else {
         return Progress {
             stage: Stage::Warmup,
             reason: Some(warmup_reason(0, warmup)),
@@ -457,4 +508,39 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         predicted.report(realised, verdict, &names, ns_per_tick)
     });
     data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A class of the communicator handles `comms` in the table, in production with `winner`.
+    fn tuned(id: u64, comms: Vec<usize>, winner: usize) -> Arc<Class> {
+        let class = Arc::new(Class {
+            id,
+            comms,
+            live: AtomicBool::new(true),
+            tuner: Mutex::default(),
+        });
+        lock(&class.tuner).production = Some(Production::new(winner, None));
+        TUNING.insert(id, class.clone());
+        class
+    }
+
+    #[test]
+    fn freeing_a_communicator_drops_its_classes_only() {
+        let pack = crate::codelets::halo::PACK;
+        let alone = tuned(u64::MAX - 1, vec![0x10], pack);
+        let shared = tuned(u64::MAX - 2, vec![0x10, 0x20], pack);
+        let other = tuned(u64::MAX - 3, vec![0x30], pack);
+        assert_eq!(choose(&alone), pack);
+        comm_freed(0x10);
+        assert!(!alone.is_live() && !shared.is_live() && other.is_live());
+        assert!(TUNING.get(&alone.id).is_none() && TUNING.get(&shared.id).is_none());
+        assert!(TUNING.get(&other.id).is_some());
+        // An episode predicted to be in a dropped class runs native: its handle now belongs
+        // to another communicator, whose classes search afresh.
+        assert_eq!(choose(&alone), NATIVE);
+        assert_eq!(choose(&other), pack);
+    }
 }

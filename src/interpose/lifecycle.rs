@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::keys::{self, Handle};
 use crate::mpi::{HandleBits, MPI_Comm, MPI_Op};
 use crate::say::say;
-use crate::{codelets, comms, config, halo, mpi, report, runtime, tuner};
+use crate::{codelets, comms, config, halo, mpi, report, runtime, site, tuner};
 
 /// The library constructor: runs in every process the library is loaded into (launchers and
 /// proxies too, which never initialise MPI).
@@ -47,9 +47,18 @@ pub extern "C" fn commtune_init(
         && let Some(process) = runtime::started()
     {
         let _ = crate::comms::private(mpi::comm_world());
+        prepare();
         tuner::knowledge::start(process);
     }
     rc
+}
+
+/// Builds what the first intercepted call would otherwise pay for (ARCHITECTURE.md, invariant
+/// 7): the tables of keys and sites, the main program's path, the host name (the report's).
+fn prepare() {
+    keys::prepare();
+    site::prepare();
+    runtime::host_name();
 }
 
 #[unsafe(no_mangle)]

@@ -188,6 +188,12 @@ impl Key {
     }
 }
 
+/// At MPI_Init: builds the store's tables, which the first intercepted call would build otherwise.
+pub fn prepare() {
+    registry::prepare();
+    LazyLock::force(&DEPENDENTS);
+}
+
 fn agree_hash(op: Op, agree: &str) -> u64 {
     FxBuildHasher.hash_one((op, agree))
 }

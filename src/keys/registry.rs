@@ -53,6 +53,14 @@ static CACHE: LazyLock<Table<CallKey, Slot>> = LazyLock::new(|| Table::new(1 << 
 static REGISTRY: LazyLock<DashMap<CallKey, &'static Key, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
 
+/// Builds the lookup structures (at MPI_Init), so that the first intercepted call does not: the
+/// cache alone is a few dozen pages to fault in.
+pub(super) fn prepare() {
+    LazyLock::force(&CACHE);
+    LazyLock::force(&REGISTRY);
+    LazyLock::force(&SITES);
+}
+
 #[inline]
 fn cached(key: &CallKey) -> Option<Slot> {
     CACHE.get(key).copied()

@@ -42,6 +42,33 @@ enum ObjectKind {
 /// Object kind per code address, shared by all threads (addresses never change meaning).
 static KINDS: LazyLock<DashMap<usize, ObjectKind, FxBuildHasher>> = LazyLock::new(DashMap::default);
 
+/// The canonical path of each object a site was found in, by the name the dynamic loader gives
+/// it: a process has few, and resolving one costs a getcwd and a readlink per path component.
+static CANONICAL: LazyLock<DashMap<String, String, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// At MPI_Init: builds the tables and resolves the main program's path, which the first
+/// intercepted call would do otherwise.
+pub fn prepare() {
+    LazyLock::force(&KINDS);
+    // The dynamic loader names the main program by its argv[0].
+    if let Some(program) = std::env::args().next() {
+        canonical(program);
+    }
+}
+
+/// The canonical path of `object`, resolved once per object: the main program's path is as it
+/// was started (often relative), and rank 0 may symbolize from another working directory.
+fn canonical(object: String) -> String {
+    if let Some(path) = CANONICAL.get(&object) {
+        return path.clone();
+    }
+    let path = std::fs::canonicalize(&object)
+        .map_or_else(|_| object.clone(), |p| p.to_string_lossy().into_owned());
+    CANONICAL.insert(object, path.clone());
+    path
+}
+
 /// Soname prefixes of the libraries that stand between an application and the C MPI API.
 const BINDING_LIBRARIES: &[&str] = &[
     "libmpi_mpifh",
@@ -108,10 +135,7 @@ pub fn describe(site: SiteRef) -> SiteData {
     match frames::locate(site) {
         Some((object, address)) => SiteData {
             id: site_id(file_name(&object), address),
-            // The main program's path is as it was started (often relative): rank 0 may
-            // symbolize from another working directory.
-            object: std::fs::canonicalize(&object)
-                .map_or(object, |p| p.to_string_lossy().into_owned()),
+            object: canonical(object),
             address,
             python: None,
         },

@@ -22,6 +22,17 @@ use crate::{clock, runtime};
 const DRIFT_STRIKES: u32 = 2;
 /// Searches a key may reopen at most: drift cannot make the tuner thrash.
 const MAX_REOPEN: u32 = 3;
+/// Doublings of the calls between drift checks of a steady key at most: at the default
+/// COMMTUNE_DRIFT_INTERVAL a key steady for long is checked every 4096 calls.
+const MAX_DOUBLINGS: u32 = 4;
+
+/// The calls to the next drift check of a key whose last `steady` checks found no drift: a check
+/// costs a reduction and a window of timed calls, which a small call feels, so a key that stays
+/// steady is checked ever more rarely; a strike brings the checks back to every
+/// `drift_interval` calls.
+fn spacing(drift_interval: u64, steady: u32) -> u64 {
+    drift_interval.saturating_mul(1 << steady.min(MAX_DOUBLINGS))
+}
 
 /// A drift check of a key in production (every rank is at the same call of it). Returns the
 /// search step when the search reopens.
@@ -72,9 +83,14 @@ pub(super) fn drift_check<C: Operation>(
     };
     if mean > 1.0 + settings.drift_threshold {
         p.strikes += 1;
+        p.steady = 0;
     } else {
         p.strikes = 0;
+        p.steady += 1;
     }
+    // `mean` is agreed, so every rank spaces its checks alike (ARCHITECTURE.md, invariant 2).
+    at.tuner
+        .check_drift_at(at.k + spacing(settings.drift_interval, p.steady));
     trace(at.entry, || {
         format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
     });
@@ -217,4 +233,16 @@ fn self_check<C: Operation>(
     };
     key.timing = Some(timing);
     search_again(at, comm, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_key_is_checked_ever_more_rarely_up_to_a_bound() {
+        let spaced: Vec<u64> = (0..7).map(|steady| spacing(256, steady)).collect();
+        assert_eq!(spaced, [256, 512, 1024, 2048, 4096, 4096, 4096]);
+        assert_eq!(spacing(1_000_000_000, 40), 16_000_000_000);
+    }
 }

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
 use commtune_history::{self as history, Estimate, How, Platform};
@@ -55,10 +55,16 @@ enum State {
 
 static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
 
-/// At MPI_Init: starts reading the store in the background. MPI_Init returns at once; the first
-/// checkpoint that finds a call ready waits for the rest of the read (it is local: it cannot
-/// deadlock). Not waiting there would starve the reader on a machine whose cores the ranks'
-/// busy polling fills, and a short run would then never be predicted.
+/// How long MPI_Init waits for the store's read: a small store (the common case) is read by the
+/// time it returns, so no call of the application waits for it; a large one goes on in the
+/// background.
+const INIT_PATIENCE: Duration = Duration::from_millis(5);
+
+/// At MPI_Init: starts reading the store, and waits for it up to `INIT_PATIENCE`. A read not done
+/// by then goes on in the background, and the first checkpoint that finds a call ready waits for
+/// the rest of it (it is local: it cannot deadlock). Not waiting there would starve the reader on
+/// a machine whose cores the ranks' busy polling fills, and a short run would then never be
+/// predicted.
 pub fn start(process: &'static Process) {
     let mut state = lock(&KNOWLEDGE);
     *state = State::None;
@@ -69,6 +75,11 @@ pub fn start(process: &'static Process) {
         .name("commtune-history".into())
         .spawn(move || read(process, &dir));
     if let Ok(reader) = reader {
+        let started = Instant::now();
+        // Sleeping, not spinning: the reader may need this core.
+        while !reader.is_finished() && started.elapsed() < INIT_PATIENCE {
+            std::thread::sleep(Duration::from_micros(50));
+        }
         *state = State::Reading(reader);
     }
 }
@@ -164,23 +175,25 @@ pub fn learn(
         return;
     }
     let names = codelets::names(entry.op);
-    let estimates = estimates
-        .map(|(i, us)| Estimate {
-            codelet: names[i].to_string(),
-            us,
-            error_us: 0.0,
-        })
-        .collect();
-    let decided = self::entry(
-        entry,
-        key.comm_size,
-        timing,
-        estimates,
-        names[winner],
-        how,
-        process,
-    );
-    known(|k| k.add(decided));
+    // Made only with a store to add it to: the platform it records reads /proc/cpuinfo.
+    known(|k| {
+        let estimates = estimates
+            .map(|(i, us)| Estimate {
+                codelet: names[i].to_string(),
+                us,
+                error_us: 0.0,
+            })
+            .collect();
+        k.add(self::entry(
+            entry,
+            key.comm_size,
+            timing,
+            estimates,
+            names[winner],
+            how,
+            process,
+        ));
+    });
 }
 
 /// The history entry of the decided key of `entry` on a communicator of `comm_size` ranks:

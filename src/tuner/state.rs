@@ -416,6 +416,9 @@ pub struct Production {
     pub window_start: Option<u64>,
     pub baseline: Option<f64>,
     pub strikes: u32,
+    /// Drift checks in a row that found the key steady (no strike): each doubles the calls to
+    /// the next (`drift::spacing`).
+    pub steady: u32,
     /// What the search predicted (agreed estimates, clock ticks per call): the winner's and the
     /// best other codelet's, and the timing they were measured with; None when no search
     /// decided (one codelet applies, or a search ended early). The first drift window checks
@@ -434,6 +437,7 @@ impl Production {
             window_start: None,
             baseline: None,
             strikes: 0,
+            steady: 0,
             predicted,
             from_history: None,
         }
