@@ -408,7 +408,12 @@ impl Search {
 
     fn new(timing: Timing) -> Search {
         let settings = runtime::config().tuning;
-        let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
+        let plan = Plan::new(
+            settings.search,
+            Search::candidates(),
+            settings.samples,
+            settings.hopeless,
+        );
         let mut search = Search {
             sampler: Sampler::new(plan, timing, settings.block as usize),
             next: (NATIVE, false),
