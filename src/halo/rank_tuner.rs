@@ -408,12 +408,7 @@ impl Search {
 
     fn new(timing: Timing) -> Search {
         let settings = runtime::config().tuning;
-        let plan = Plan::new(
-            settings.search,
-            Search::candidates(),
-            settings.samples,
-            settings.hopeless,
-        );
+        let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
         let mut search = Search {
             sampler: Sampler::new(plan, timing, settings.block as usize),
             next: (NATIVE, false),

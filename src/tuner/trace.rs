@@ -171,7 +171,7 @@ fn file_text(trace: &Trace, process: &runtime::Process) -> String {
     let _ = writeln!(
         out,
         "# settings search={:?} timing={} filter={:?} samples={} block={} warmup={} min_gain={} \
-         budget={} hopeless={}",
+         budget={}",
         t.search,
         t.timing.name(),
         t.filter,
@@ -179,8 +179,7 @@ fn file_text(trace: &Trace, process: &runtime::Process) -> String {
         t.block,
         t.warmup,
         t.min_gain,
-        t.budget,
-        t.hopeless
+        t.budget
     );
     for ops in &trace.ops {
         let _ = write!(out, "# codelets\t{}", ops.op.name());

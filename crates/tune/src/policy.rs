@@ -19,10 +19,6 @@ pub enum Search {
     Racing,
 }
 
-/// How many times the leader's time a codelet's must exceed to leave the race after one round
-/// (`Plan::drop_hopeless`): the default of `Settings::hopeless`.
-pub const HOPELESS: f64 = 3.0;
-
 /// A codelet in the search.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Candidate {
@@ -65,8 +61,6 @@ pub struct Plan {
     /// Rounds completed.
     pub rounds: u32,
     max_rounds: u32,
-    /// `drop_hopeless`'s factor (`Settings::hopeless`).
-    hopeless: f64,
     /// The latest agreed estimate of every codelet that ever ran (by registry index).
     pub estimates: Vec<(usize, Agreed)>,
     /// Attribute search: the best partners value of the last round, if not yet confirmed.
@@ -76,13 +70,12 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(policy: Search, candidates: Vec<Candidate>, samples: u32, hopeless: f64) -> Plan {
+    pub fn new(policy: Search, candidates: Vec<Candidate>, samples: u32) -> Plan {
         Plan {
             policy,
             candidates,
             rounds: 0,
             max_rounds: samples.max(1),
-            hopeless,
             estimates: Vec::new(),
             best_partners: None,
             partners_fixed: false,
@@ -104,7 +97,10 @@ impl Plan {
     }
 
     pub fn estimate(&self, index: usize) -> Option<Agreed> {
-        estimate_in(&self.estimates, index)
+        self.estimates
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, e)| *e)
     }
 
     /// Takes the agreed estimates of the round just completed (one per candidate, in order) and
@@ -120,7 +116,6 @@ impl Plan {
         if stop || self.rounds >= self.max_rounds || self.candidates.len() <= 1 {
             return Next::Decide(self.winner(min_gain));
         }
-        self.drop_hopeless();
         match self.policy {
             Search::Brute => {}
             Search::Racing => self.race(),
@@ -145,23 +140,6 @@ impl Plan {
             .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
     }
 
-    /// Every policy: a codelet other than native whose estimate, less its error, is more than
-    /// `hopeless` times the leader's (plus its error) leaves the race after any round. Such a
-    /// codelet cannot win, and each of its samples costs the application that many calls' worth
-    /// (linear allgatherv on the 1 Gbit/s rig: 3.4x ring). The factor is wide because one sample
-    /// can be far off: the first instance after a switch costs up to 2.9x the steady one on the
-    /// rig. Native stays: it is the baseline every decision is measured against.
-    fn drop_hopeless(&mut self) {
-        let Some((_, leader)) = self.leader() else {
-            return;
-        };
-        let bound = self.hopeless * leader.upper();
-        let estimates = &self.estimates;
-        self.candidates.retain(|c| {
-            c.index == 0 || estimate_in(estimates, c.index).is_none_or(|e| e.lower() <= bound)
-        });
-    }
-
     fn race(&mut self) {
         if self.rounds < 3 {
             return;
@@ -169,9 +147,13 @@ impl Plan {
         let Some((_, leader)) = self.leader() else {
             return;
         };
-        let estimates = &self.estimates;
+        let estimates = self.estimates.clone();
         self.candidates.retain(|c| {
-            estimate_in(estimates, c.index).is_none_or(|e| e.lower() <= leader.upper())
+            let e = estimates
+                .iter()
+                .find(|(i, _)| *i == c.index)
+                .map(|(_, e)| *e);
+            e.is_none_or(|e| e.lower() <= leader.upper())
         });
     }
 
@@ -215,11 +197,6 @@ impl Plan {
     }
 }
 
-/// The estimate of the codelet of registry index `index` among `estimates`.
-fn estimate_in(estimates: &[(usize, Agreed)], index: usize) -> Option<Agreed> {
-    estimates.iter().find(|(i, _)| *i == index).map(|(_, e)| *e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,7 +231,7 @@ mod tests {
 
     /// Runs a policy until it decides; returns (winner, rounds).
     fn decide(policy: Search, times: &[f64], samples: u32) -> (usize, u32) {
-        let mut plan = Plan::new(policy, set(), samples, HOPELESS);
+        let mut plan = Plan::new(policy, set(), samples);
         loop {
             let round = agreed(times, &plan.candidates);
             if let Next::Decide(w) = plan.after_round(&round, false, 0.02) {
@@ -282,7 +259,7 @@ mod tests {
 
     #[test]
     fn racing_keeps_overlapping_candidates() {
-        let mut plan = Plan::new(Search::Racing, set(), 8, HOPELESS);
+        let mut plan = Plan::new(Search::Racing, set(), 8);
         for _ in 0..3 {
             let round: Vec<Agreed> = plan
                 .candidates
@@ -301,7 +278,7 @@ mod tests {
     #[test]
     fn attributes_prune_after_a_value_is_confirmed_twice() {
         let times = [100.0, 90.0, 120.0, 50.0, 70.0];
-        let mut plan = Plan::new(Search::Attributes, set(), 8, HOPELESS);
+        let mut plan = Plan::new(Search::Attributes, set(), 8);
         plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
         assert_eq!(plan.candidates.len(), 5, "one round is not a confirmation");
         plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
@@ -317,47 +294,14 @@ mod tests {
     #[test]
     fn native_leading_does_not_prune_by_its_attributes() {
         // Native (tree, collectives) is fastest; the fastest other codelet (4: pair) votes.
-        let times = [40.0, 90.0, 110.0, 70.0, 50.0];
-        let mut plan = Plan::new(Search::Attributes, set(), 8, HOPELESS);
+        let times = [10.0, 90.0, 120.0, 70.0, 50.0];
+        let mut plan = Plan::new(Search::Attributes, set(), 8);
         for _ in 0..2 {
             plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
         }
         let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
         assert_eq!(left, [0, 3, 4], "tree codelet 2 goes, pair codelets stay");
         assert_eq!(decide(Search::Attributes, &times, 8).0, 0);
-    }
-
-    #[test]
-    fn a_hopeless_codelet_leaves_after_one_round_under_every_policy() {
-        // 4 is over three times the leader 3; native is slower still but stays as the baseline.
-        let times = [400.0, 120.0, 110.0, 40.0, 130.0];
-        for policy in [Search::Brute, Search::Attributes, Search::Racing] {
-            let mut plan = Plan::new(policy, set(), 8, HOPELESS);
-            plan.after_round(&agreed(&times, &plan.candidates), false, 0.02);
-            let left: Vec<usize> = plan.candidates.iter().map(|c| c.index).collect();
-            assert_eq!(left, [0, 1, 2, 3], "{policy:?}");
-        }
-    }
-
-    #[test]
-    fn an_uncertain_estimate_is_not_hopeless() {
-        let mut plan = Plan::new(Search::Brute, set()[..3].to_vec(), 8, HOPELESS);
-        let round = [
-            Agreed {
-                location: 100.0,
-                error: 1.0,
-            },
-            Agreed {
-                location: 40.0,
-                error: 1.0,
-            },
-            Agreed {
-                location: 200.0,
-                error: 40.0,
-            },
-        ];
-        assert_eq!(plan.after_round(&round, false, 0.02), Next::Round);
-        assert_eq!(plan.candidates.len(), 3, "200 - 2 x 40 is within 3 x 41");
     }
 
     #[test]
@@ -373,7 +317,7 @@ mod tests {
             0
         );
         // A large error hides the gain.
-        let mut plan = Plan::new(Search::Brute, set()[..2].to_vec(), 1, HOPELESS);
+        let mut plan = Plan::new(Search::Brute, set()[..2].to_vec(), 1);
         let noisy = [
             Agreed {
                 location: 100.0,
@@ -389,7 +333,7 @@ mod tests {
 
     #[test]
     fn a_candidate_that_left_the_race_cannot_win_on_an_old_estimate() {
-        let mut plan = Plan::new(Search::Racing, set()[..3].to_vec(), 8, HOPELESS);
+        let mut plan = Plan::new(Search::Racing, set()[..3].to_vec(), 8);
         let round = |plan: &Plan, times: [f64; 3]| -> Vec<Agreed> {
             plan.candidates
                 .iter()
@@ -412,7 +356,7 @@ mod tests {
 
     #[test]
     fn stop_decides_with_the_best_so_far() {
-        let mut plan = Plan::new(Search::Brute, set(), 8, HOPELESS);
+        let mut plan = Plan::new(Search::Brute, set(), 8);
         let times = [100.0, 90.0, 120.0, 50.0, 70.0];
         assert_eq!(
             plan.after_round(&agreed(&times, &plan.candidates), true, 0.02),

@@ -265,7 +265,7 @@ mod tests {
                 collectives: false,
             })
             .collect();
-        Plan::new(Search::Brute, candidates, 4, crate::policy::HOPELESS)
+        Plan::new(Search::Brute, candidates, 4)
     }
 
     /// Runs one round where instance `i` of codelet `c` takes `cost(c, i_in_block)` ticks and the

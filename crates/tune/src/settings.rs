@@ -1,7 +1,7 @@
 //! The tuner's knobs as values (parsed from COMMTUNE_* by the library's configuration), and how
 //! search samples are timed.
 
-use crate::policy::{HOPELESS, Search};
+use crate::policy::Search;
 use crate::stats::Filter;
 
 /// How search samples are timed (COMMTUNE_TIMING).
@@ -58,9 +58,6 @@ pub struct Settings {
     pub budget: f64,
     /// A codelet must beat native by more than this fraction of native's time.
     pub min_gain: f64,
-    /// A codelet this many times slower than the search's leader leaves the search after a
-    /// round (`Plan::drop_hopeless`); infinite: never (the replay of runs recorded before).
-    pub hopeless: f64,
     /// Instances of a key in production between drift checks.
     pub drift_interval: u64,
     /// Relative slow-down of the winner that counts as drift.
@@ -78,7 +75,6 @@ impl Default for Settings {
             warmup: 3,
             budget: 0.2,
             min_gain: 0.02,
-            hopeless: HOPELESS,
             drift_interval: 256,
             drift_threshold: 0.5,
         }

@@ -82,11 +82,9 @@ fn every_recorded_key_has_a_model_of_every_codelet() {
 
 /// The `# settings` line of a trace as `Settings` (search, timing, samples, block, warm-up).
 fn traced_settings(t: &Trace) -> Settings {
-    // Traces recorded before the header named the budget ran without one, and those before it
-    // named the hopeless factor dropped no codelet early.
+    // Traces recorded before the header named the budget ran without one.
     let mut s = Settings {
         budget: 1.0,
-        hopeless: f64::INFINITY,
         ..Settings::default()
     };
     for field in t.settings.split(' ') {
@@ -102,7 +100,6 @@ fn traced_settings(t: &Trace) -> Settings {
             Some(("block", v)) => s.block = v.parse().unwrap(),
             Some(("warmup", v)) => s.warmup = v.parse().unwrap(),
             Some(("budget", v)) => s.budget = v.parse().unwrap(),
-            Some(("hopeless", v)) => s.hopeless = v.parse().unwrap(),
             _ => {}
         }
     }
@@ -220,49 +217,35 @@ fn settings(search: Search, timing: Timing, block: u32, samples: u32) -> Setting
     }
 }
 
-/// On the rig, allgatherv's linear costs 3.4 times ring (124 ms against 36 per call): the
-/// default search drops it after its first sample, so it spends fewer calls searching for the
-/// same decision and the run is shorter (at 500 calls, where the search weighs most).
+/// On shared memory at 64 KiB ring, rabenseifner and native have the same median call (9.5 us),
+/// but ring is rarely slow (mean 10.0 us against 11.2 to 11.6): timed locally the three look
+/// alike and the search keeps one of the slower; after a barrier ring's first calls are faster
+/// (9.2 us against 9.8 to 10.3) and the search finds it.
 #[test]
-fn a_hopeless_codelet_leaves_the_search_after_one_sample() {
+fn local_timing_is_misled_where_barrier_timing_is_not() {
     let models = models();
-    let m = find(&models, "allgatherv", 4 << 20, 4);
-    let kept = Settings {
-        hopeless: f64::INFINITY,
-        ..Settings::default()
-    };
-    let median = |settings: &Settings| {
-        let mut outcomes = simulate::replays(m, settings, 500, 7);
-        outcomes.sort_by(|a, b| a.regret.total_cmp(&b.regret));
-        outcomes.swap_remove(3)
-    };
-    let (dropped, kept) = (median(&Settings::default()), median(&kept));
-    assert_eq!(m.name(dropped.decision), "ring");
-    assert_eq!(dropped.decision, kept.decision);
-    assert!(
-        dropped.searched < kept.searched,
-        "searched {} against {}",
-        dropped.searched,
-        kept.searched
+    let m = find(&models, "allreduce", 1 << 16, 2);
+    let local = regret(m, &settings(Search::Attributes, Timing::Local, 1, 8), 2000);
+    let barrier = regret(
+        m,
+        &settings(Search::Attributes, Timing::Barrier, 1, 4),
+        2000,
     );
-    assert!(
-        dropped.regret < kept.regret,
-        "regret {} against {}",
-        dropped.regret,
-        kept.regret
-    );
+    assert!(barrier < 1.03, "{barrier}");
+    assert!(local > barrier + 0.05, "local {local}, barrier {barrier}");
 }
 
 /// A long search (every codelet, four instances per sample, eight samples) costs more than it
-/// can find where the codelets are close (the rig's allreduce at 1 MiB: native, ring and
-/// rabenseifner within 1 %) or calls are cheap (the 16-byte alltoall). Where most codelets are
-/// far behind (the rig's allreduce at 64 KiB: linear 2.9 times rabenseifner) they leave a long
-/// search after one sample too, and it costs about what the default does.
+/// can find where the codelets are close or calls are cheap.
 #[test]
 fn a_long_search_costs_more_than_it_finds() {
     let models = models();
     let long = settings(Search::Brute, Timing::Local, 4, 8);
-    for (op, bytes, ranks) in [("allreduce", 1 << 20, 4), ("alltoall", 16, 2)] {
+    for (op, bytes, ranks) in [
+        ("allreduce", 1 << 20, 4),
+        ("allreduce", 1 << 16, 4),
+        ("alltoall", 16, 2),
+    ] {
         let m = find(&models, op, bytes, ranks);
         let (long, default) = (
             regret(m, &long, 2000),
