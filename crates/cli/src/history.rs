@@ -159,6 +159,7 @@ mod tests {
                 },
             ],
             timing: Some("local".into()),
+            realised_us: None,
             winner: "ring".into(),
             time: 0,
             how: How::Search,
