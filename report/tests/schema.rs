@@ -92,6 +92,7 @@ fn full() -> Report {
             winner: "ring".into(),
             predicted_us: 5.0,
             measured_us: Some(5.2),
+            estimate_us: Some(4.5),
             pmax: 0.1,
             outcome: "confirmed".into(),
             saved_instances: 24,
