@@ -178,7 +178,11 @@ fn start_predicted<C: Operation>(
         saved_instances: instances,
     });
     trace(at.entry, || {
-        format!("predicted {} at {us:.1} us per call", names[winner])
+        format!(
+            "predicted {} at {us:.1} us per call from {}",
+            names[winner],
+            prediction.basis.name()
+        )
     });
     key.timeline.push(Mark::Decision { call: at.k, winner });
     let mut production = Production::new(winner, None);
