@@ -129,6 +129,7 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
             },
         ],
         timing: Some("local".into()),
+        realised_us: None,
         winner: winner.into(),
         time: 0,
         how: How::Search,

@@ -33,11 +33,13 @@ pub use text::summary;
 /// - 4: the self-check of a decision, predicted against realised time (`tuning.check`).
 /// - 5: a key started from the history's prediction, verified by the safety net
 ///   (`tuning.prediction`).
+/// - 6: a prediction's time read from the realised production times the history recorded, with
+///   the searches' estimate of it (`tuning.prediction.estimate_us`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -211,6 +213,11 @@ pub struct HistoryPrediction {
     /// The predicted time per call of the winner, and the measured one (None: not verified yet).
     pub predicted_us: f64,
     pub measured_us: Option<f64>,
+    /// When `predicted_us` came from the winner's realised production times that the history
+    /// recorded: the same time as the searches estimated it (production calls wait for no
+    /// barrier, so they take longer than search samples). None: from the estimates (version 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_us: Option<f64>,
     /// COMMTUNE_PMAX: the share by which the measured time may exceed the predicted time.
     pub pmax: f64,
     /// verifying, confirmed or dismissed (the key was searched).
@@ -232,9 +239,13 @@ impl HistoryPrediction {
             || "not measured yet".to_string(),
             |m| format!("measured {}", text::micros(m)),
         );
+        let basis = self.estimate_us.map_or_else(
+            || "from search estimates".to_string(),
+            |e| format!("from realised production, estimated {}", text::micros(e)),
+        );
         format!(
-            "history predicted {} at {} ({} of {}), {measured}: {} (COMMTUNE_PMAX={}), {} \
-             search calls saved",
+            "history predicted {} at {} {basis} ({} of {}), {measured}: {} (COMMTUNE_PMAX={}), \
+             {} search calls saved",
             self.winner,
             text::micros(self.predicted_us),
             self.predictor,

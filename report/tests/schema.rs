@@ -1,7 +1,8 @@
 //! The report's JSON Schema (report.schema.json) against reports of every version: real ones
 //! (tests/data: version 3 written by the bundled example under the tuner, version 2 the same
 //! run as version 2 wrote it, version 1 as the first format did; version 5 the second run of
-//! tests/programs/tuned_loop.c, predicted from the first's history) and one made with every
+//! tests/programs/tuned_loop.c, predicted from the first's history; version 6 that of
+//! tests/programs/skewed_loop.c, its predicted time from realised production) and one made with every
 //! optional field present, so that a field added to the model and not to the schema fails here
 //! (every object of the schema is closed).
 
@@ -92,6 +93,7 @@ fn full() -> Report {
             winner: "ring".into(),
             predicted_us: 5.0,
             measured_us: Some(5.2),
+            estimate_us: Some(4.5),
             pmax: 0.1,
             outcome: "confirmed".into(),
             saved_instances: 24,

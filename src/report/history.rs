@@ -75,6 +75,7 @@ fn entries(process: &Process) -> Vec<history::Entry> {
             decision.comm_size,
             decision.timing,
             estimates,
+            decision.realised_us,
             names[decision.winner],
             how(decision.how, config),
             process,

@@ -13,7 +13,9 @@ use commtune_tune::timeline::Mark;
 use super::search::{candidates, search_step, start_search, trace};
 use commtune_history::How;
 
-use super::state::{CONFIRMED, CommTunerState, DISMISSED, Phase, Production, TunerState};
+use super::state::{
+    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, TunerState, confirmed_estimate,
+};
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::{clock, runtime};
@@ -149,12 +151,17 @@ fn safety_net<C: Operation>(
         )
     });
     if confirmed {
+        if let Phase::Production(p) = &mut key.phase {
+            p.realised_us = Some(measured_us);
+        }
+        let estimate = key.prediction.as_ref().map(confirmed_estimate);
         knowledge::learn(
             at.entry,
             key,
-            [(winner, measured_us)].into_iter(),
+            [(winner, estimate.unwrap_or(predicted_us))].into_iter(),
             winner,
             How::PredictionConfirmed,
+            Some(measured_us),
         );
         return None;
     }
@@ -214,11 +221,22 @@ fn self_check<C: Operation>(
         )
     });
     let Some((mark, timing)) = verdict.wrong(at.k, realised, predicted.winner) else {
+        let realised_us = us(realised);
+        if let Phase::Production(p) = &mut key.phase {
+            p.realised_us = Some(realised_us);
+        }
         // Only a decision its production confirmed predicts later calls of this run.
         if let Some(plan) = &key.decided {
             let us = clock::ns_per_tick() * 1e-3;
             let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
-            knowledge::learn(at.entry, key, estimates, winner, How::Search);
+            knowledge::learn(
+                at.entry,
+                key,
+                estimates,
+                winner,
+                How::Search,
+                Some(realised_us),
+            );
         }
         return None;
     };

@@ -158,14 +158,16 @@ pub fn predict(op: &str, comm_size: u32, bytes: u64, applicable: &[&str]) -> Opt
 
 /// A decision this run agreed on (the same on every rank of the communicator) for the key of
 /// `entry`, whose tuning state is `key`: the winner (registry index), every codelet's agreed
-/// time per call (registry index, microseconds). Kept for the keys to come, unless it was timed
-/// otherwise than the knowledge (a search the self-check reopened with the other timing).
+/// time per call (registry index, microseconds), the winner's realised time in production.
+/// Kept for the keys to come, unless it was timed otherwise than the knowledge (a search the
+/// self-check reopened with the other timing).
 pub fn learn(
     entry: &Entry,
     key: &TunerState,
     estimates: impl Iterator<Item = (usize, f64)>,
     winner: usize,
     how: How,
+    realised_us: Option<f64>,
 ) {
     let Some(process) = runtime::process() else {
         return;
@@ -189,6 +191,7 @@ pub fn learn(
             key.comm_size,
             timing,
             estimates,
+            realised_us,
             names[winner],
             how,
             process,
@@ -197,12 +200,15 @@ pub fn learn(
 }
 
 /// The history entry of the decided key of `entry` on a communicator of `comm_size` ranks:
-/// `estimates` in microseconds, timed with `timing`, the winner's among them.
+/// `estimates` in microseconds, timed with `timing`, the winner's among them, and the winner's
+/// realised time in production if it was measured.
+#[allow(clippy::too_many_arguments)]
 pub fn entry(
     entry: &Entry,
     comm_size: u32,
     timing: Timing,
     estimates: Vec<Estimate>,
+    realised_us: Option<f64>,
     winner: &str,
     how: How,
     process: &Process,
@@ -220,6 +226,8 @@ pub fn entry(
         platform: platform(process),
         estimates,
         timing: Some(timing.name().to_string()),
+        // An empty window measures 0: no time at all.
+        realised_us: realised_us.filter(|us| us.is_finite() && *us > 0.0),
         winner: winner.to_string(),
         time: SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)

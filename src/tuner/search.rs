@@ -8,7 +8,7 @@ use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
 use commtune_tune::{budget, check};
 
-use commtune_history::predict::Predicted;
+use commtune_history::predict::{Basis, Predicted};
 use commtune_report::{HistoryPrediction, HistorySource};
 
 use super::state::{
@@ -170,12 +170,19 @@ fn start_predicted<C: Operation>(
         winner: names[winner].to_string(),
         predicted_us: us,
         measured_us: None,
+        // Scaled as the agreed time is (the largest rank's).
+        estimate_us: (prediction.basis == Basis::Realised)
+            .then(|| us * prediction.estimate_us / prediction.us),
         pmax: config.pmax,
         outcome: VERIFYING.to_string(),
         saved_instances: instances,
     });
     trace(at.entry, || {
-        format!("predicted {} at {us:.1} us per call", names[winner])
+        format!(
+            "predicted {} at {us:.1} us per call from {}",
+            names[winner],
+            prediction.basis.name()
+        )
     });
     key.timeline.push(Mark::Decision { call: at.k, winner });
     let mut production = Production::new(winner, None);

@@ -233,8 +233,8 @@ impl Tuner {
 
     /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
     /// in production after a search that ran to its decision (not ended early, not overruled by
-    /// the self-check) or after a prediction the safety net confirmed (its measured time is then
-    /// the one estimate).
+    /// the self-check) or after a prediction the safety net confirmed (its predicted time as
+    /// the searches estimate it is then the one estimate, `confirmed_estimate`).
     pub fn decided(&self, us_per_tick: f64) -> Option<Decision> {
         let key = lock(&self.state);
         let Phase::Production(p) = &key.phase else {
@@ -249,6 +249,7 @@ impl Tuner {
             how,
             comm_size: key.comm_size,
             timing: key.timing(),
+            realised_us: p.realised_us,
         };
         if let Some(plan) = &key.decided {
             let us = |a: &Agreed| Agreed {
@@ -259,12 +260,12 @@ impl Tuner {
             return Some(decision(estimates, How::Search));
         }
         let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
-        let measured = Agreed {
-            location: confirmed.measured_us?,
+        let estimate = Agreed {
+            location: confirmed_estimate(confirmed),
             error: 0.0,
         };
         Some(decision(
-            vec![(p.winner, measured)],
+            vec![(p.winner, estimate)],
             How::PredictionConfirmed,
         ))
     }
@@ -360,6 +361,16 @@ pub struct Decision {
     pub comm_size: u32,
     /// How the estimates were timed.
     pub timing: Timing,
+    /// The winner's realised time per call in production, if the self-check or the safety net
+    /// measured it (`Production::realised_us`).
+    pub realised_us: Option<f64>,
+}
+
+/// The estimate a confirmed prediction records: its predicted time as the searches estimate it,
+/// so that the history's estimates stay comparable with each other (its measured time is the
+/// entry's realised time).
+pub fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
+    prediction.estimate_us.unwrap_or(prediction.predicted_us)
 }
 
 /// `HistoryPrediction::outcome`s.
@@ -427,6 +438,10 @@ pub struct Production {
     /// The history's predicted time per call (microseconds) that the first window verifies
     /// (the safety net), for a key that started from a prediction.
     pub from_history: Option<f64>,
+    /// The winner's realised time per call (microseconds, agreed) once the self-check kept the
+    /// search's decision or the safety net confirmed the prediction: what the history records
+    /// for later jobs' predicted times.
+    pub realised_us: Option<f64>,
 }
 
 impl Production {
@@ -440,6 +455,7 @@ impl Production {
             steady: 0,
             predicted,
             from_history: None,
+            realised_us: None,
         }
     }
 }

@@ -37,7 +37,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
     entries.sort_by(|a, b| {
         (&a.op, a.comm_size, a.bytes, a.time).cmp(&(&b.op, b.comm_size, b.bytes, b.time))
     });
-    let rows: Vec<[String; 10]> = entries
+    let rows: Vec<[String; 11]> = entries
         .iter()
         .map(|e| {
             [
@@ -51,6 +51,8 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
                 e.winner.clone(),
                 e.how.name().to_string(),
                 e.timing.clone().unwrap_or_else(|| "-".to_string()),
+                e.realised_us
+                    .map_or_else(|| "-".to_string(), |us| format!("{us:.1}")),
                 estimates(e),
             ]
         })
@@ -65,6 +67,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
         "winner",
         "how",
         "timing",
+        "realised (us)",
         "estimates (us)",
     ];
     let mut widths = heading.map(|h| h.chars().count());
@@ -159,6 +162,7 @@ mod tests {
                 },
             ],
             timing: Some("local".into()),
+            realised_us: None,
             winner: "ring".into(),
             time: 0,
             how: How::Search,
@@ -167,8 +171,10 @@ mod tests {
 
     #[test]
     fn lists_winner_and_estimates() {
+        let mut measured = entry();
+        measured.realised_us = Some(13.5);
         let loaded = Loaded {
-            entries: vec![entry()],
+            entries: vec![measured],
             files: 1,
             ..Loaded::default()
         };
@@ -177,7 +183,7 @@ mod tests {
         assert_eq!(lines[0], "history /h: 1 entries in 1 files");
         assert!(lines[1].starts_with("date (UTC)        op  "), "{text}");
         assert!(
-            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  local   native=312.2±1.0 ring=12.0±0.5"),
+            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  local   13.5           native=312.2±1.0 ring=12.0±0.5"),
             "{text}"
         );
     }

@@ -12,7 +12,9 @@
 //! Versions: a new version marks a change that an older reader would misread (version 2 added
 //! each entry's `timing`: a reader that ignored it would compare times measured in different
 //! ways), so an older commtune skips the newer files. This crate reads every version from
-//! `OLDEST` (an entry of version 1 has no `timing`).
+//! `OLDEST` (an entry of version 1 has no `timing`). Fields an older reader may ignore without
+//! misreading the rest add no version: `realised_us` (an older reader predicts from the
+//! estimates alone, as it always did).
 //!
 //! Reading never fails nor blocks: a file that cannot be read, is not a regular file, has no
 //! header or a foreign version is skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
@@ -137,6 +139,15 @@ pub struct Entry {
     /// None in entries of version 1, which did not record it, and in ping-pong samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
+    /// The winner's realised production time per call in microseconds (the maximum over ranks
+    /// of the median of a window of calls), when the job measured it: the self-check that kept
+    /// a search's decision, or the safety net that confirmed a prediction. Production calls
+    /// have no barrier before them, so they take longer than the search's samples (skew): this
+    /// is what a later job's safety net measures, while `estimates` compare the codelets with
+    /// each other. None when the job did not measure it, and in entries written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realised_us: Option<f64>,
     pub winner: String,
     /// Seconds since 1970 (UTC) when the job wrote the entry.
     pub time: u64,
@@ -156,6 +167,13 @@ impl Entry {
     /// The winner's estimate, if the search measured it.
     pub fn winner_estimate(&self) -> Option<&Estimate> {
         self.estimates.iter().find(|e| e.codelet == self.winner)
+    }
+
+    /// The winner's realised production time over its estimate, if both were measured (and
+    /// usable: finite and positive).
+    pub fn realised_ratio(&self) -> Option<f64> {
+        let ratio = self.realised_us? / self.winner_estimate()?.us;
+        (ratio.is_finite() && ratio > 0.0).then_some(ratio)
     }
 }
 

@@ -72,11 +72,34 @@ pub struct Source {
     pub how: How,
 }
 
+/// What a predicted time per call was read from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Basis {
+    /// The searches' estimates: no source recorded the winner's realised production time.
+    Estimates,
+    /// The estimates scaled by how much longer the winner took in the sources' production than
+    /// their searches estimated (`Entry::realised_us`).
+    Realised,
+}
+
+impl Basis {
+    pub fn name(self) -> &'static str {
+        match self {
+            Basis::Estimates => "search estimates",
+            Basis::Realised => "realised production",
+        }
+    }
+}
+
 /// A predicted winner and its predicted time per call.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Predicted {
     pub winner: String,
+    /// The time per call production should take (what the safety net measures).
     pub us: f64,
+    /// The same time as the searches estimate it (`us` when `basis` is `Estimates`).
+    pub estimate_us: f64,
+    pub basis: Basis,
     pub predictor: Predictor,
     /// For `Closest` and `Vote`: the covering problems that chose the winner, closest first; for
     /// `Fit`: the problems of the fit, by bytes; for `Map`: the problems the predicted time was
@@ -132,26 +155,36 @@ pub struct Measured {
     best: usize,
     /// Every job's estimates of each codelet of `times`, sorted: what the medians are of.
     samples: Vec<Vec<f64>>,
+    /// Per codelet of `times`, sorted: the realised production time over the estimate of every
+    /// job where it won and production measured it (`Entry::realised_ratio`).
+    ratios: Vec<Vec<f64>>,
 }
 
 impl Measured {
-    /// Merges the estimates of one problem, `(codelet, us)` in any order; None without a usable
-    /// one (finite and positive).
+    /// Merges the estimates of one problem, `(codelet, us)` in any order, and the realised
+    /// ratios of its winners, `(codelet, ratio)`; None without a usable estimate (finite and
+    /// positive). A ratio of a codelet without an estimate is left out.
     fn new(
         op: &str,
         comm_size: u32,
         bytes: u64,
         how: How,
         mut estimates: Vec<(&str, f64)>,
+        mut ratios: Vec<(&str, f64)>,
     ) -> Option<Measured> {
         estimates.retain(|(_, us)| us.is_finite() && *us > 0.0);
         estimates.sort_by(|a, b| a.0.cmp(b.0).then(a.1.total_cmp(&b.1)));
+        ratios.sort_by(|a, b| a.0.cmp(b.0).then(a.1.total_cmp(&b.1)));
         let mut times = Vec::new();
         let mut samples = Vec::new();
+        let mut realised = Vec::new();
         for run in estimates.chunk_by(|a, b| a.0 == b.0) {
+            let codelet = run[0].0;
             let sorted: Vec<f64> = run.iter().map(|e| e.1).collect();
-            times.push((run[0].0.to_string(), median(&sorted)));
+            times.push((codelet.to_string(), median(&sorted)));
             samples.push(sorted);
+            let of = |r: &&(&str, f64)| r.0 == codelet;
+            realised.push(ratios.iter().filter(of).map(|r| r.1).collect());
         }
         let mut best = 0;
         for (i, (_, us)) in times.iter().enumerate() {
@@ -167,6 +200,7 @@ impl Measured {
             how,
             best,
             samples,
+            ratios: realised,
         })
     }
 
@@ -176,6 +210,23 @@ impl Measured {
             .binary_search_by(|(c, _)| c.as_str().cmp(codelet))
             .ok()
             .map(|i| self.times[i].1)
+    }
+
+    /// How much longer `codelet` took in production than its estimate (the median over the jobs
+    /// where it won and production measured it), if any did.
+    pub fn ratio(&self, codelet: &str) -> Option<f64> {
+        let i = self
+            .times
+            .binary_search_by(|(c, _)| c.as_str().cmp(codelet))
+            .ok()?;
+        let ratios = &self.ratios[i];
+        (!ratios.is_empty()).then(|| median(ratios))
+    }
+
+    /// The time `codelet` takes in production: its time scaled by its realised ratio where
+    /// production measured it, else its time.
+    pub fn realised(&self, codelet: &str) -> Option<f64> {
+        Some(self.time(codelet)? * self.ratio(codelet).unwrap_or(1.0))
     }
 
     /// The fastest codelet (ties: the first by name) and its time.
@@ -207,17 +258,25 @@ impl Measured {
 
     /// This problem with one more job's entry.
     fn with(&self, entry: &Entry) -> Measured {
-        let mut estimates: Vec<(&str, f64)> = self
-            .times
-            .iter()
-            .zip(&self.samples)
-            .flat_map(|((codelet, _), samples)| samples.iter().map(|&us| (codelet.as_str(), us)))
-            .collect();
+        let each = |per_codelet: &'_ Vec<Vec<f64>>| -> Vec<(&'_ str, f64)> {
+            self.times
+                .iter()
+                .zip(per_codelet)
+                .flat_map(|((codelet, _), values)| values.iter().map(|&v| (codelet.as_str(), v)))
+                .collect()
+        };
+        let (mut estimates, mut ratios) = (each(&self.samples), each(&self.ratios));
         estimates.extend(entry.estimates.iter().map(|e| (e.codelet.as_str(), e.us)));
+        ratios.extend(realised_ratio(entry));
         let how = strongest(self.how, entry.how);
-        Measured::new(&self.op, self.comm_size, self.bytes, how, estimates)
+        Measured::new(&self.op, self.comm_size, self.bytes, how, estimates, ratios)
             .expect("a measured problem keeps its estimates")
     }
+}
+
+/// The entry's winner with its realised ratio, if production measured it.
+fn realised_ratio(entry: &Entry) -> Option<(&str, f64)> {
+    Some((entry.winner.as_str(), entry.realised_ratio()?))
 }
 
 fn log2(n: u64) -> f64 {
@@ -258,7 +317,8 @@ pub fn merge(entries: &[Entry]) -> Vec<Measured> {
                 .iter()
                 .flat_map(|e| e.estimates.iter().map(|e| (e.codelet.as_str(), e.us)))
                 .collect();
-            Measured::new(op, comm_size, bytes, how, estimates)
+            let ratios = jobs.iter().filter_map(|e| realised_ratio(e)).collect();
+            Measured::new(op, comm_size, bytes, how, estimates, ratios)
         })
         .collect()
 }
@@ -551,32 +611,65 @@ impl<'a> View<'a> {
             Predictor::Map => None,
         };
         if let Some((winner, from)) = chosen {
-            let (us, _) = self
+            let (estimate_us, read) = self
                 .interpolated(problem.comm_size, problem.bytes, &winner)
                 .or_else(|| {
                     let j = from.iter().copied().find(|&j| self.measures(j, &winner))?;
                     Some((self.time(j, &winner), vec![j]))
                 })?;
+            let (us, basis) = self.in_production(&winner, estimate_us, &[&read, &from]);
             return Some(Predicted {
                 winner,
                 us,
+                estimate_us,
+                basis,
                 predictor,
                 from: op.sources(&from),
             });
         }
         let winner = map()?;
-        let (us, from) = self
+        let (estimate_us, from) = self
             .interpolated(problem.comm_size, problem.bytes, &winner)
             .or_else(|| {
                 let j = self.nearest_measuring(x, y, &winner)?;
                 Some((self.time(j, &winner), vec![j]))
             })?;
+        let (us, basis) = self.in_production(&winner, estimate_us, &[&from]);
         Some(Predicted {
             winner,
             us,
+            estimate_us,
+            basis,
             predictor: Predictor::Map,
             from: op.sources(&from),
         })
+    }
+
+    /// The production time of `codelet` predicted at `estimate_us` from the estimates: scaled
+    /// by the geometric mean of the realised ratios of the first of `nearest` (groups of
+    /// problems, nearest first: those the time was read from, then those the winner was chosen
+    /// from) where some problem recorded one; the estimate itself where none did.
+    ///
+    /// A ratio, not the realised times themselves through the same interpolation: production's
+    /// excess over a search's estimate (skew: production calls wait for no barrier) belongs to
+    /// the platform and changes slowly with the message size, so one source's ratio carries to
+    /// a time interpolated between two sources, of which often only one recorded a realised
+    /// time (only a winner does); the estimates stay the measure that compares the codelets.
+    fn in_production(&self, codelet: &str, estimate_us: f64, nearest: &[&[usize]]) -> (f64, Basis) {
+        let ratios = nearest.iter().find_map(|group| {
+            let ratios: Vec<f64> = group
+                .iter()
+                .filter_map(|&j| self.operation.points[j].measured.ratio(codelet))
+                .collect();
+            (!ratios.is_empty()).then_some(ratios)
+        });
+        match ratios {
+            Some(ratios) => {
+                let log_mean = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+                (estimate_us * log_mean.exp(), Basis::Realised)
+            }
+            None => (estimate_us, Basis::Estimates),
+        }
     }
 
     /// The problems whose reach covers (x, y) and whose winner is applicable, with their
@@ -775,6 +868,7 @@ impl Knowledge {
                 entry.bytes,
                 entry.how,
                 estimates,
+                realised_ratio(&entry).into_iter().collect(),
             ) else {
                 return;
             };
@@ -838,8 +932,9 @@ pub struct Evaluation {
     pub covered: usize,
     /// Predicted winners within `pmax` of the problem's best.
     pub within: usize,
-    /// Predicted times within `pmax` of the predicted winner's measured time: the safety net
-    /// keeps those predictions.
+    /// Predicted times within `pmax` of the predicted winner's time in production (its
+    /// measured time where production did not measure it): the safety net keeps those
+    /// predictions.
     pub time_within: usize,
 }
 
@@ -909,7 +1004,7 @@ impl Evaluation {
         };
         self.predicted += 1;
         self.covered += usize::from(p.predictor != Predictor::Map);
-        let measured = held.time(&p.winner).expect("applicable means measured");
+        let measured = held.realised(&p.winner).expect("applicable means measured");
         let penalty = held.penalty(&p.winner).expect("applicable means measured");
         self.within += usize::from(penalty <= pmax);
         self.time_within += usize::from((p.us / measured - 1.0).abs() <= pmax);

@@ -26,6 +26,7 @@ pub fn entry(op: &str, comm_size: u32, bytes: u64, times: &[(&str, f64)]) -> Ent
             })
             .collect(),
         timing: Some("local".to_string()),
+        realised_us: None,
         winner: String::new(),
         time: 0,
         how: How::Search,

@@ -48,6 +48,7 @@ fn entry(n: u64) -> Entry {
         })
         .collect(),
         timing: Some("local".to_string()),
+        realised_us: None,
         winner: "ring".to_string(),
         time: 1_795_000_000 + n,
         how: How::Search,
@@ -102,6 +103,21 @@ fn version_one_is_read_without_timing() {
     assert_eq!((loaded.files, loaded.entries.len()), (2, 2));
     let timings: Vec<Option<&str>> = loaded.entries.iter().map(|e| e.timing.as_deref()).collect();
     assert_eq!(timings, [Some("local"), None]);
+}
+
+/// The winner's realised production time is written where it was measured and read back; an
+/// entry without it (the older ones) writes no such field and reads as None.
+#[test]
+fn realised_time_is_written_only_where_measured() {
+    let dir = scratch("realised");
+    let mut measured = entry(1);
+    measured.realised_us = Some(29_612.5);
+    let text =
+        fs::read_to_string(write(&dir, &name(0), &[measured.clone(), entry(2)]).unwrap()).unwrap();
+    assert_eq!(text.matches("\"realised_us\":29612.5").count(), 1, "{text}");
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, [measured, entry(2)]);
+    assert_eq!(loaded.entries[1].realised_us, None);
 }
 
 #[test]

@@ -364,6 +364,7 @@ impl Calibration {
                     error_us,
                 }],
                 timing: None,
+                realised_us: None,
                 winner: "native".to_string(),
                 time: time.as_secs(),
                 how: How::Calibrate,

@@ -387,6 +387,7 @@ mod tests {
                 },
             ],
             timing: Some("local".into()),
+            realised_us: None,
             winner: winner.into(),
             time,
             how: How::Calibrate,

@@ -31,6 +31,7 @@ fn entry(mpi: &str, op: &str, comm_size: u32, bytes: u64, estimates: &[(&str, f6
         },
         estimates,
         timing: Some("local".into()),
+        realised_us: None,
         winner,
         time: 0,
         how: How::Search,
