@@ -48,6 +48,24 @@ use crate::sync::lock;
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
 
+/// Instances per block of a search timed by periods, at least (COMMTUNE_BLOCK may ask more). On
+/// a network most of a codelet's cost is in rare stalls (at 1 Gbit/s tens of milliseconds, about
+/// one episode in ten) followed by episodes that cost almost nothing (the NIC's token bucket
+/// filled meanwhile): a sample is the application's time per episode only over a block long
+/// enough to hold both.
+const PERIOD_BLOCK: usize = 4;
+
+/// How a search times its samples under COMMTUNE_TIMING `configured`: `barrier` times periods,
+/// as a rank alone holds no barrier and the period is what the application feels; `local`
+/// times episodes, first post to last completion, which on a network misses what a codelet
+/// costs outside its episodes and gives the stalls' aftermath as its typical time.
+fn search_timing(configured: Timing) -> Timing {
+    match configured {
+        Timing::Local => Timing::Local,
+        Timing::Barrier | Timing::Period => Timing::Period,
+    }
+}
+
 #[derive(Default)]
 struct EpisodeTuner {
     instances: u64,
@@ -58,9 +76,12 @@ struct EpisodeTuner {
     search_instances: u64,
     searches: u32,
     /// The timing of the next search once a self-check found a decision wrong (None:
-    /// COMMTUNE_TIMING), and how many it found wrong.
+    /// COMMTUNE_TIMING's, `search_timing`), and how many it found wrong.
     timing: Option<Timing>,
     wrong: u32,
+    /// A self-check found a period-timed decision wrong: the next search runs blocks twice as
+    /// long (its samples missed the stalls), with the same timing.
+    longer: bool,
     /// The latest self-check: the prediction, the realised ticks per instance, the verdict.
     checked: Option<(Prediction, f64, Verdict)>,
     /// How tuning ended when the report's phase does not say it.
@@ -82,12 +103,9 @@ static EPISODES: AtomicU64 = AtomicU64::new(0);
 /// class's rate since its first instance and the rank's episodes so far, at episode `now`.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().tuning;
-    let instances = sampling::search_instances(
-        Search::candidates().len(),
-        t.timing.unwrap_or(settings.timing),
-        settings.block as usize,
-        settings.samples,
-    );
+    let (timing, block) = t.next_search();
+    let instances =
+        sampling::search_instances(Search::candidates().len(), timing, block, settings.samples);
     t.not_worth = budget::ready(settings.budget, t.instances, born, now, instances).err();
     t.not_worth.is_none()
 }
@@ -294,10 +312,26 @@ fn instance_start(
     }
 }
 
+impl EpisodeTuner {
+    /// The timing and block length of the next search of this class.
+    fn next_search(&self) -> (Timing, usize) {
+        let settings = runtime::config().tuning;
+        let timing = self
+            .timing
+            .unwrap_or_else(|| search_timing(settings.timing));
+        let block = settings.block as usize;
+        let block = match timing {
+            Timing::Period => block.max(PERIOD_BLOCK) << usize::from(self.longer),
+            Timing::Local | Timing::Barrier => block,
+        };
+        (timing, block)
+    }
+}
+
 /// Starts a search of `t`, with the timing a self-check chose if one did.
 fn start_search(t: &mut EpisodeTuner) {
-    let timing = t.timing.unwrap_or(runtime::config().tuning.timing);
-    t.search = Some(Search::new(timing));
+    let (timing, block) = t.next_search();
+    t.search = Some(Search::new(timing, block));
     t.searches += 1;
     t.timeline.push(Mark::Search {
         call: t.instances + 1,
@@ -319,8 +353,10 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
     });
 }
 
-/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again
-/// with the other timing, or falls back to native.
+/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again,
+/// timed by periods (a `local` search is found wrong by what it misses outside episodes; a
+/// period one by blocks too short for the stalls, so its second search has longer blocks), or
+/// falls back to native.
 fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let settings = runtime::config().tuning;
     let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
@@ -331,8 +367,9 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     t.wrong += 1;
     t.timeline.push(mark);
     match timing {
-        Some(timing) => {
-            t.timing = Some(timing);
+        Some(_) => {
+            t.longer = predicted.timing == Timing::Period;
+            t.timing = Some(Timing::Period);
             t.production = None;
             start_search(t);
         }
@@ -406,11 +443,11 @@ impl Search {
             .collect()
     }
 
-    fn new(timing: Timing) -> Search {
+    fn new(timing: Timing, block: usize) -> Search {
         let settings = runtime::config().tuning;
         let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
         let mut search = Search {
-            sampler: Sampler::new(plan, timing, settings.block as usize),
+            sampler: Sampler::new(plan, timing, block),
             next: (NATIVE, false),
             misses: 0,
         };
@@ -432,7 +469,13 @@ impl Search {
                     return None;
                 }
                 Turn::RoundEnd => {
-                    let estimates = self.sampler.estimates(settings.filter);
+                    // A period sample is a block's time per episode: their mean is the
+                    // codelet's, stalls included, where a robust estimate would drop the
+                    // blocks that stalled.
+                    let estimates = match self.sampler.timing {
+                        Timing::Period => self.sampler.means(),
+                        Timing::Local | Timing::Barrier => self.sampler.estimates(settings.filter),
+                    };
                     let next = self
                         .sampler
                         .after_round(&estimates, false, settings.min_gain);

@@ -185,6 +185,17 @@ impl Sampler {
             .collect()
     }
 
+    /// This rank's mean of every candidate's samples, in the plan's order: with blocks of equal
+    /// length, the time per instance over all of a codelet's measured instances, its rare slow
+    /// ones included (a halo search: on a network they are most of what the application pays).
+    pub fn means(&self) -> Vec<Agreed> {
+        self.plan
+            .candidates
+            .iter()
+            .map(|c| self.samples.mean(c.index))
+            .collect()
+    }
+
     /// Share of `key_ticks` (the key's expected time over the run) spent on codelets other than
     /// the leader.
     pub fn wasted_share(&self, key_ticks: f64) -> f64 {
