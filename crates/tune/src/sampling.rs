@@ -375,6 +375,24 @@ mod tests {
     }
 
     #[test]
+    fn means_count_the_blocks_that_stalled() {
+        // Codelet 1's blocks: three typical ones of 10 ticks per instance and one with a stall
+        // (100); codelet 0 takes 25 every time.
+        let mut s = Sampler::new(plan(&[0, 1]), Timing::Period, 2);
+        let mut clock = 0;
+        for round_of in [10, 10, 100, 10] {
+            let cost = |c: usize, _: usize| if c == 0 { 25 } else { round_of };
+            round(&mut s, &mut clock, 0, cost);
+            s.after_round(&s.means(), false, 0.02);
+        }
+        let means: Vec<f64> = s.means().iter().map(|a| a.location).collect();
+        assert_eq!(means, [25.0, 32.5]);
+        // A robust estimate takes the stalled block for an outlier: codelet 1 would look faster.
+        let robust = s.estimates(Filter::Robust { nu: 5.0 });
+        assert!(robust[1].location < robust[0].location, "{robust:?}");
+    }
+
+    #[test]
     fn rounds_follow_the_plan_and_estimates_come_from_samples() {
         let mut s = Sampler::new(plan(&[0, 1]), Timing::Local, 2);
         let mut clock = 0;
