@@ -187,6 +187,8 @@ fn one_rank_interrupts(flavour: Flavour, np: usize) {
         let job = run(flavour, np, &program, &dir)
             .args(&args)
             .env("COMMTUNE_MODE", "tune")
+            // Search as soon as warm, so that ranks decide and try to agree well before the end.
+            .env("COMMTUNE_BUDGET", "1")
             .env(knob, value)
             .go();
         assert_eq!(checksum(&job), expected, "{flavour:?} {knob}={value}");
