@@ -114,10 +114,7 @@ impl Config {
         self.delays
             .iter()
             .find(|d| {
-                d.op == op
-                    && d.codelet == codelet
-                    && instance >= d.after
-                    && instance % d.every == 0
+                d.op == op && d.codelet == codelet && instance >= d.after && instance % d.every == 0
             })
             .map(|d| d.duration)
     }

@@ -314,9 +314,9 @@ fn tuned_halo_site(name: &str, np: usize, args: &str) -> Value {
     halo_site(&job.report()).clone()
 }
 
-/// Do no harm: a search of five codelets and four samples takes 20 exchanges, and after at most
-/// 30 exchanges about as many are expected to come, fewer than twice that: the exchange stays
-/// native.
+/// Do no harm: a search of five codelets and four samples takes 80 exchanges (blocks of 4), and
+/// after at most 30 exchanges about as many are expected to come, fewer than twice that: the
+/// exchange stays native.
 #[test]
 fn a_halo_search_that_cannot_pay_for_itself_does_not_start() {
     let dir = scratch("halo-do-no-harm");
@@ -632,8 +632,7 @@ fn block_sampling(flavour: Flavour, name: &str) {
         assert_eq!(t["winner"], "pairwise", "COMMTUNE_BLOCK={block}: {t:#}");
     }
     let local = ("COMMTUNE_TIMING", "local");
-    let (t, samples) =
-        tuned_between_two(flavour, name, &[delays, local, ("COMMTUNE_BLOCK", "1")]);
+    let (t, samples) = tuned_between_two(flavour, name, &[delays, local, ("COMMTUNE_BLOCK", "1")]);
     assert_eq!(samples, [4, 5, 6, 7], "{t:#}");
     assert_eq!(t["search_instances"], 4, "{t:#}");
 }
@@ -646,7 +645,10 @@ fn block_sampling(flavour: Flavour, name: &str) {
 /// the search would see pairwise's typical episode only (its samples at episodes 5 and 7: no
 /// stall) and keep pairwise, which the median of the self-check's window confirms.
 fn rare_stalls(flavour: Flavour, name: &str) {
-    let delays = ("COMMTUNE_INJECT_DELAY", "halo:native=5ms,halo:pairwise=40ms/3");
+    let delays = (
+        "COMMTUNE_INJECT_DELAY",
+        "halo:native=5ms,halo:pairwise=40ms/3",
+    );
     let (t, samples) = tuned_between_two(flavour, name, &[delays]);
     assert_eq!(samples, [7, 11, 15, 19], "{t:#}");
     assert_eq!(t["winner"], "native", "{t:#}");

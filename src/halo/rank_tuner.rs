@@ -4,10 +4,14 @@
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
 //! no collective. Samples are the collectives' (`commtune_tune::sampling::Sampler`): blocks of
-//! COMMTUNE_BLOCK instances of one codelet, the first not measured. An instance is the episode
-//! (first post to last completion) or, with `COMMTUNE_TIMING=period`, the time from the previous
-//! completion of the same key to this one (an application iteration); `barrier` times episodes as
-//! `local` does, as a rank alone holds no barrier. A codelet that posted some of an episode's
+//! consecutive instances of one codelet, the first not measured. By default (`barrier`, as a
+//! rank alone holds no barrier, and `period`) an instance is the time from the previous
+//! completion of the same key to this one (an application iteration), blocks are at least
+//! `PERIOD_BLOCK` long and a codelet's estimate is the mean of its samples: on a network a
+//! codelet's cost is mostly in rare stalls and the near-free episodes after them, which only a
+//! block of several iterations holds and a robust estimate would drop. With `local` an instance
+//! is the episode (first post to last completion), in blocks of COMMTUNE_BLOCK, estimated by
+//! COMMTUNE_FILTER. A codelet that posted some of an episode's
 //! messages natively (its requirements, see `CODELETS`) gives no sample; one that never manages
 //! to is dropped from the search, with a note in the report. `neighbor` is not searched here:
 //! ranks try it together once each has decided (`agreement`), and the samples of its instances go
@@ -15,8 +19,9 @@
 //!
 //! The self-check (`commtune_tune::check`) is the collectives' too, on this rank's times: a
 //! window of the winner's production instances after the decision, timed as the search timed,
-//! against its estimate; a clearly wrong decision searches again once with the other timing, a
-//! second one falls back to native.
+//! against its estimate; a clearly wrong decision searches again once, timed by periods (with
+//! blocks twice as long when the wrong search was timed by periods already), a second one falls
+//! back to native.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -36,6 +41,7 @@ use super::agreement;
 use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
+use commtune_tune::stats::mean_and_error;
 use commtune_tune::timeline::{Mark, Timeline};
 use commtune_tune::{Candidate, Next, Partners, Plan, Timing, budget};
 
@@ -120,8 +126,10 @@ struct Search {
 /// The winner in production, and its self-check until it is done.
 struct Production {
     winner: usize,
-    /// What the search predicted (None once checked, or for a fallback that is not checked).
+    /// What the search predicted (None once checked, or for a fallback that is not checked),
+    /// and the standard error of its estimate of the winner.
     predicted: Option<Prediction>,
+    error: f64,
     /// Production instances so far.
     instances: u64,
     /// The self-check's window: where its first instance started (period: the completion before
@@ -233,8 +241,8 @@ pub fn completed(
         if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
-        if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
-            self_check(t, predicted, realised);
+        if let Some((predicted, realised, noise)) = p.observe(ran, previous, ticks, now) {
+            self_check(t, predicted, realised, noise, now_episode);
         }
         return Measured::Sample;
     }
@@ -345,7 +353,12 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
         return;
     };
     let predicted = search.sampler.prediction(winner);
-    t.production = Some(Production::new(winner, predicted));
+    let error = search
+        .sampler
+        .plan
+        .estimate(winner)
+        .map_or(0.0, |e| e.error);
+    t.production = Some(Production::new(winner, predicted, error));
     t.decided = Some(search.sampler.plan);
     t.timeline.push(Mark::Decision {
         call: t.instances,
@@ -353,13 +366,22 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
     });
 }
 
-/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again,
-/// timed by periods (a `local` search is found wrong by what it misses outside episodes; a
-/// period one by blocks too short for the stalls, so its second search has longer blocks), or
-/// falls back to native.
-fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
+/// Why a class runs native when its decision was found wrong and a second search could not pay
+/// for itself.
+const WRONG_NOT_WORTH: &str = "the self-check found the decision wrong and a second search would not pay for itself: \
+     native kept";
+
+/// Judges the decision of `t` from its `realised` time per instance, known within `noise` (a
+/// standard error): a wrong one searches again, timed by periods (a `local` search is found
+/// wrong by what it misses outside episodes; a period one by blocks too short for the stalls,
+/// so its second search has longer blocks), if that can pay for itself by rank episode `now`
+/// (do no harm), or falls back to native.
+fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, noise: f64, now: u64) {
     let settings = runtime::config().tuning;
-    let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
+    // A miss within two standard errors is the stalls' luck, not a wrong decision: a period
+    // sample's stalls are rare enough that a window of them varies by tens of percent.
+    let judged = (realised - 2.0 * noise).max(0.0);
+    let verdict = predicted.judge(judged, settings.min_gain, t.wrong);
     t.checked = Some((predicted, realised, verdict));
     let Some((mark, timing)) = verdict.wrong(t.instances, realised, predicted.winner) else {
         return;
@@ -370,21 +392,28 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
         Some(_) => {
             t.longer = predicted.timing == Timing::Period;
             t.timing = Some(Timing::Period);
-            t.production = None;
-            start_search(t);
+            let born = t.born.unwrap_or(now);
+            if worth_searching(t, born, now) {
+                t.production = None;
+                start_search(t);
+            } else {
+                t.reason = Some(WRONG_NOT_WORTH);
+                t.production = Some(Production::new(NATIVE, None, 0.0));
+            }
         }
         None => {
             t.reason = Some(check::NATIVE_KEPT);
-            t.production = Some(Production::new(NATIVE, None));
+            t.production = Some(Production::new(NATIVE, None, 0.0));
         }
     }
 }
 
 impl Production {
-    fn new(winner: usize, predicted: Option<Prediction>) -> Production {
+    fn new(winner: usize, predicted: Option<Prediction>, error: f64) -> Production {
         Production {
             winner,
             predicted,
+            error,
             instances: 0,
             window_start: None,
             window: Vec::new(),
@@ -392,17 +421,18 @@ impl Production {
     }
 
     /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
-    /// completion before it). Returns the prediction and the realised time once the self-check's
-    /// window is complete: the winner's instances 2 to 17 after the switch (the first pays for
-    /// the search's last), timed as the search timed; an instance that ran another codelet
-    /// restarts the window.
+    /// completion before it). Returns the prediction, the realised time and the standard error
+    /// of their difference (periods: the means'; local: none, medians are judged as they are)
+    /// once the self-check's window is complete: the winner's instances 2 to 17 after the switch
+    /// (the first pays for the search's last), timed as the search timed; an instance that ran
+    /// another codelet restarts the window.
     fn observe(
         &mut self,
         ran: usize,
         previous: Option<(u64, usize)>,
         ticks: u64,
         now: u64,
-    ) -> Option<(Prediction, f64)> {
+    ) -> Option<(Prediction, f64, f64)> {
         let predicted = self.predicted?;
         self.instances += 1;
         if self.instances < 2 {
@@ -417,15 +447,22 @@ impl Production {
             return None;
         };
         self.window_start.get_or_insert(start);
-        self.window.push(ticks);
+        self.window.push(now.saturating_sub(start));
         let full = check::window(runtime::config().tuning.drift_interval);
         if (self.window.len() as u64) < full {
             return None;
         }
         let realised = check::realised(predicted.timing, self.window_start, &self.window, now);
+        let noise = match predicted.timing {
+            Timing::Period => {
+                let window: Vec<f64> = self.window.iter().map(|&t| t as f64).collect();
+                mean_and_error(&window).error.hypot(self.error)
+            }
+            Timing::Local | Timing::Barrier => 0.0,
+        };
         self.predicted = None;
         self.window = Vec::new();
-        Some((predicted, realised))
+        Some((predicted, realised, noise))
     }
 }
 
@@ -565,7 +602,7 @@ mod tests {
             live: AtomicBool::new(true),
             tuner: Mutex::default(),
         });
-        lock(&class.tuner).production = Some(Production::new(winner, None));
+        lock(&class.tuner).production = Some(Production::new(winner, None, 0.0));
         TUNING.insert(id, class.clone());
         class
     }

@@ -40,6 +40,17 @@ pub fn estimate(filter: Filter, samples: &[f64]) -> Option<Estimate> {
     })
 }
 
+/// The mean of `xs` and its standard error (zero without any).
+pub fn mean_and_error(xs: &[f64]) -> Agreed {
+    if xs.is_empty() {
+        return Agreed::default();
+    }
+    Agreed {
+        location: mean(xs),
+        error: std_dev(xs) / (xs.len() as f64).sqrt(),
+    }
+}
+
 /// Timing noise is multiplicative: samples within about a third of the typical time are not
 /// outliers however tight the bulk is. Without this floor a tight first mode would make a real
 /// second mode (30 % of calls at twice the time) look like outliers and vanish.
@@ -185,14 +196,7 @@ impl Samples {
     /// The mean of `codelet`'s samples and its standard error, every sample counted: where rare
     /// slow samples are what the application pays (zero without samples).
     pub fn mean(&self, codelet: usize) -> Agreed {
-        let samples = self.get(codelet);
-        if samples.is_empty() {
-            return Agreed::default();
-        }
-        Agreed {
-            location: mean(samples),
-            error: std_dev(samples) / (samples.len() as f64).sqrt(),
-        }
+        mean_and_error(self.get(codelet))
     }
 }
 
