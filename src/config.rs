@@ -114,7 +114,10 @@ impl Config {
         self.delays
             .iter()
             .find(|d| {
-                d.op == op && d.codelet == codelet && instance >= d.after && instance % d.every == 0
+                d.op == op
+                    && d.codelet == codelet
+                    && instance >= d.after
+                    && instance.is_multiple_of(d.every)
             })
             .map(|d| d.duration)
     }
