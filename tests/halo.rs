@@ -606,6 +606,42 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
     assert_eq!(reopened["call"], 28, "{t:#}");
 }
 
+/// Timed by periods (the default): pairwise wins the search (blocks of 4, episodes 4 to 19),
+/// then from episode 21 on, inside the self-check's window (episodes 21 to 36), it is 20 ms
+/// slower than predicted and than native, far beyond the window's noise: the search reopens,
+/// timed by periods again with blocks of 8 (samples at the 8th episode of each, from episode
+/// 37), and finds native.
+fn period_self_check_reopens(flavour: Flavour, name: &str) {
+    let (t, samples) = tuned_between_two(
+        flavour,
+        name,
+        &[(
+            "COMMTUNE_INJECT_DELAY",
+            "halo:native=5ms,halo:pairwise=20ms@21",
+        )],
+    );
+    assert_eq!(t["searches"], 2, "{t:#}");
+    assert_eq!(samples, [7, 11, 15, 19, 44, 52, 60, 68], "{t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+    let reopened = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "drift" && e["reopened"] == true)
+        .unwrap_or_else(|| panic!("the self-check's reopening is in the timeline: {t:#}"));
+    assert_eq!(reopened["call"], 36, "{t:#}");
+}
+
+#[test]
+fn a_wrong_period_decision_is_searched_again_with_longer_blocks_openmpi() {
+    period_self_check_reopens(OpenMpi, "halo-period-check-openmpi");
+}
+
+#[test]
+fn a_wrong_period_decision_is_searched_again_with_longer_blocks_mpich() {
+    period_self_check_reopens(Mpich, "halo-period-check-mpich");
+}
+
 #[test]
 fn the_self_check_reopens_a_wrong_halo_decision_openmpi() {
     self_check_reopens(OpenMpi, "halo-self-check-openmpi");

@@ -41,7 +41,6 @@ use super::agreement;
 use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
-use commtune_tune::stats::mean_and_error;
 use commtune_tune::timeline::{Mark, Timeline};
 use commtune_tune::{Candidate, Next, Partners, Plan, Timing, budget};
 
@@ -126,10 +125,8 @@ struct Search {
 /// The winner in production, and its self-check until it is done.
 struct Production {
     winner: usize,
-    /// What the search predicted (None once checked, or for a fallback that is not checked),
-    /// and the standard error of its estimate of the winner.
+    /// What the search predicted (None once checked, or for a fallback that is not checked).
     predicted: Option<Prediction>,
-    error: f64,
     /// Production instances so far.
     instances: u64,
     /// The self-check's window: where its first instance started (period: the completion before
@@ -241,8 +238,8 @@ pub fn completed(
         if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
-        if let Some((predicted, realised, noise)) = p.observe(ran, previous, ticks, now) {
-            self_check(t, predicted, realised, noise, now_episode);
+        if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
+            self_check(t, predicted, realised, now_episode);
         }
         return Measured::Sample;
     }
@@ -353,12 +350,7 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
         return;
     };
     let predicted = search.sampler.prediction(winner);
-    let error = search
-        .sampler
-        .plan
-        .estimate(winner)
-        .map_or(0.0, |e| e.error);
-    t.production = Some(Production::new(winner, predicted, error));
+    t.production = Some(Production::new(winner, predicted));
     t.decided = Some(search.sampler.plan);
     t.timeline.push(Mark::Decision {
         call: t.instances,
@@ -368,20 +360,16 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
 
 /// Why a class runs native when its decision was found wrong and a second search could not pay
 /// for itself.
-const WRONG_NOT_WORTH: &str = "the self-check found the decision wrong and a second search would not pay for itself: \
-     native kept";
+const WRONG_NOT_WORTH: &str =
+    "the self-check found the decision wrong, and a second search would not pay: native kept";
 
-/// Judges the decision of `t` from its `realised` time per instance, known within `noise` (a
-/// standard error): a wrong one searches again, timed by periods (a `local` search is found
-/// wrong by what it misses outside episodes; a period one by blocks too short for the stalls,
-/// so its second search has longer blocks), if that can pay for itself by rank episode `now`
-/// (do no harm), or falls back to native.
-fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, noise: f64, now: u64) {
+/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again,
+/// timed by periods (a `local` search is found wrong by what it misses outside episodes; a
+/// period one by blocks too short for the stalls, so its second search has longer blocks), if
+/// that can pay for itself by rank episode `now` (do no harm), or falls back to native.
+fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, now: u64) {
     let settings = runtime::config().tuning;
-    // A miss within two standard errors is the stalls' luck, not a wrong decision: a period
-    // sample's stalls are rare enough that a window of them varies by tens of percent.
-    let judged = (realised - 2.0 * noise).max(0.0);
-    let verdict = predicted.judge(judged, settings.min_gain, t.wrong);
+    let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
     t.checked = Some((predicted, realised, verdict));
     let Some((mark, timing)) = verdict.wrong(t.instances, realised, predicted.winner) else {
         return;
@@ -398,22 +386,21 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, noise:
                 start_search(t);
             } else {
                 t.reason = Some(WRONG_NOT_WORTH);
-                t.production = Some(Production::new(NATIVE, None, 0.0));
+                t.production = Some(Production::new(NATIVE, None));
             }
         }
         None => {
             t.reason = Some(check::NATIVE_KEPT);
-            t.production = Some(Production::new(NATIVE, None, 0.0));
+            t.production = Some(Production::new(NATIVE, None));
         }
     }
 }
 
 impl Production {
-    fn new(winner: usize, predicted: Option<Prediction>, error: f64) -> Production {
+    fn new(winner: usize, predicted: Option<Prediction>) -> Production {
         Production {
             winner,
             predicted,
-            error,
             instances: 0,
             window_start: None,
             window: Vec::new(),
@@ -421,18 +408,17 @@ impl Production {
     }
 
     /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
-    /// completion before it). Returns the prediction, the realised time and the standard error
-    /// of their difference (periods: the means'; local: none, medians are judged as they are)
-    /// once the self-check's window is complete: the winner's instances 2 to 17 after the switch
-    /// (the first pays for the search's last), timed as the search timed; an instance that ran
-    /// another codelet restarts the window.
+    /// completion before it). Returns the prediction and the realised time once the self-check's
+    /// window is complete: the winner's instances 2 to 17 after the switch (the first pays for
+    /// the search's last), timed as the search timed; an instance that ran another codelet
+    /// restarts the window.
     fn observe(
         &mut self,
         ran: usize,
         previous: Option<(u64, usize)>,
         ticks: u64,
         now: u64,
-    ) -> Option<(Prediction, f64, f64)> {
+    ) -> Option<(Prediction, f64)> {
         let predicted = self.predicted?;
         self.instances += 1;
         if self.instances < 2 {
@@ -447,22 +433,15 @@ impl Production {
             return None;
         };
         self.window_start.get_or_insert(start);
-        self.window.push(now.saturating_sub(start));
+        self.window.push(ticks);
         let full = check::window(runtime::config().tuning.drift_interval);
         if (self.window.len() as u64) < full {
             return None;
         }
         let realised = check::realised(predicted.timing, self.window_start, &self.window, now);
-        let noise = match predicted.timing {
-            Timing::Period => {
-                let window: Vec<f64> = self.window.iter().map(|&t| t as f64).collect();
-                mean_and_error(&window).error.hypot(self.error)
-            }
-            Timing::Local | Timing::Barrier => 0.0,
-        };
         self.predicted = None;
         self.window = Vec::new();
-        Some((predicted, realised, noise))
+        Some((predicted, realised))
     }
 }
 
@@ -602,7 +581,7 @@ mod tests {
             live: AtomicBool::new(true),
             tuner: Mutex::default(),
         });
-        lock(&class.tuner).production = Some(Production::new(winner, None, 0.0));
+        lock(&class.tuner).production = Some(Production::new(winner, None));
         TUNING.insert(id, class.clone());
         class
     }

@@ -41,7 +41,7 @@ pub fn estimate(filter: Filter, samples: &[f64]) -> Option<Estimate> {
 }
 
 /// The mean of `xs` and its standard error (zero without any).
-pub fn mean_and_error(xs: &[f64]) -> Agreed {
+fn mean_and_error(xs: &[f64]) -> Agreed {
     if xs.is_empty() {
         return Agreed::default();
     }
