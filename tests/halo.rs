@@ -354,7 +354,11 @@ fn tuning_reports_codelets_that_do_not_apply() {
         .go();
     job.assert_success();
     let site = halo_site(&job.report()).clone();
-    assert_eq!(site["tuning"]["winner"], "native", "{site:#}");
+    // Which of the codelets that apply wins a 10 us exchange is the machine's noise (the search
+    // estimates means, a preempted block included); persistent never can.
+    let tuning = &site["tuning"];
+    assert_eq!(tuning["phase"], "production", "{site:#}");
+    assert_ne!(tuning["winner"], "persistent", "{site:#}");
     let notes = site["notes"].to_string();
     assert!(
         notes.contains("halo codelet persistent did not apply"),
