@@ -40,17 +40,6 @@ pub fn estimate(filter: Filter, samples: &[f64]) -> Option<Estimate> {
     })
 }
 
-/// The mean of `xs` and its standard error (zero without any).
-fn mean_and_error(xs: &[f64]) -> Agreed {
-    if xs.is_empty() {
-        return Agreed::default();
-    }
-    Agreed {
-        location: mean(xs),
-        error: std_dev(xs) / (xs.len() as f64).sqrt(),
-    }
-}
-
 /// Timing noise is multiplicative: samples within about a third of the typical time are not
 /// outliers however tight the bulk is. Without this floor a tight first mode would make a real
 /// second mode (30 % of calls at twice the time) look like outliers and vanish.
@@ -168,6 +157,7 @@ impl Samples {
         &mut self.0[at].1
     }
 
+    /// The samples of `codelet` (none yet: empty).
     fn get(&self, codelet: usize) -> &[f64] {
         self.0
             .iter()
@@ -196,7 +186,14 @@ impl Samples {
     /// The mean of `codelet`'s samples and its standard error, every sample counted: where rare
     /// slow samples are what the application pays (zero without samples).
     pub fn mean(&self, codelet: usize) -> Agreed {
-        mean_and_error(self.get(codelet))
+        let samples = self.get(codelet);
+        if samples.is_empty() {
+            return Agreed::default();
+        }
+        Agreed {
+            location: mean(samples),
+            error: std_dev(samples) / (samples.len() as f64).sqrt(),
+        }
     }
 }
 
