@@ -277,6 +277,11 @@ pub struct SelfCheck {
     /// The best other codelet of the search, and its estimate.
     pub runner_up: Option<String>,
     pub runner_up_us: Option<f64>,
+    /// (Version 6) The runner-up's realised time per call in a trial window of production,
+    /// run when the winner missed its prediction: the decision is wrong only if it beats the
+    /// winner's `realised_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_up_realised_us: Option<f64>,
     /// How the search timed its samples (local, barrier, period).
     pub timing: String,
     /// kept (the decision stands), reopened (searched again with the other timing) or native

@@ -80,6 +80,7 @@ fn full() -> Report {
             realised_us: 5.5,
             runner_up: Some("native".into()),
             runner_up_us: Some(10.0),
+            runner_up_realised_us: Some(12.0),
             timing: "local".into(),
             verdict: "kept".into(),
         }),

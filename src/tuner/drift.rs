@@ -7,14 +7,14 @@
 //! window before each check against the first, reduced over ranks; a search reopens after
 //! strikes in a row.
 
-use commtune_tune::check::{self, Prediction};
+use commtune_tune::check::{self, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
 use commtune_history::How;
 
 use super::state::{
-    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, TunerState, confirmed_estimate,
+    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState, confirmed_estimate,
 };
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
@@ -49,6 +49,16 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
+    if let Some(trial) = p.trial {
+        let realised = check::realised(
+            trial.predicted.timing,
+            p.window_start,
+            &p.window,
+            clock::now(),
+        );
+        let realised = consensus::realised(&comm.private?, realised).ok()?;
+        return trial_check(at, comm, key, trial, realised);
+    }
     if p.baseline.is_none()
         && let Some(predicted_us) = p.from_history.take()
     {
@@ -67,6 +77,12 @@ pub(super) fn drift_check<C: Operation>(
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let realised = consensus::realised(&comm.private?, realised).ok()?;
+        if let Some((runner_up, _)) = predicted.runner_up
+            && predicted.missed(realised, settings.min_gain)
+        {
+            start_trial(at, key, runner_up, predicted, realised);
+            return None;
+        }
         if let Some(step) = self_check(at, comm, key, predicted, realised) {
             return Some(step);
         }
@@ -193,8 +209,9 @@ fn drift_ratio(p: &mut Production) -> f64 {
     }
 }
 
-/// Checks the decision against `realised` (agreed, ticks per call); returns the search step
-/// when the search reopens.
+/// Checks the decision against `realised` (agreed, ticks per call) when its winner did not
+/// miss the prediction or no other codelet was measured; returns the search step when the search
+/// reopens.
 fn self_check<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -202,15 +219,113 @@ fn self_check<C: Operation>(
     predicted: Prediction,
     realised: f64,
 ) -> Option<Step> {
+    let verdict = predicted.judge(realised, runtime::config().tuning.min_gain, key.wrong);
+    key.check = Some(predicted.report(
+        realised,
+        verdict,
+        &codelets::names(at.entry.op),
+        clock::ns_per_tick(),
+    ));
+    judged(at, comm, key, predicted, realised, verdict)
+}
+
+/// The winner missed its prediction: its runner-up runs the next window of production calls,
+/// measured as the winner's was, before the decision is judged (`trial_check`). The trial
+/// replaces the search's estimate of the runner-up, which shares whatever made the winner's
+/// miss (a barrier before every sample hides the skew production calls wait for).
+fn start_trial<C: Operation>(
+    at: &SlowCall<C>,
+    key: &mut TunerState,
+    runner_up: usize,
+    predicted: Prediction,
+    realised: f64,
+) {
+    let Phase::Production(p) = &mut key.phase else {
+        return;
+    };
+    p.trial = Some(Trial {
+        runner_up,
+        winner_realised: realised,
+        predicted,
+    });
+    p.predicted = None;
+    p.window.clear();
+    p.window_start = None;
+    let check_at = at.k + check::first_check(runtime::config().tuning.drift_interval);
+    at.tuner.run(runner_up, check_at);
+    let names = codelets::names(at.entry.op);
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    trace(at.entry, || {
+        format!(
+            "self-check of {}: predicted {:.0} us, realised {:.0} us: {} on trial",
+            names[p.winner],
+            us(predicted.winner),
+            us(realised),
+            names[runner_up]
+        )
+    });
+}
+
+/// Judges the decision after its runner-up's trial realised `realised` (agreed ticks per call);
+/// production goes back to the winner unless the decision was wrong. Returns the search step
+/// when the search reopens.
+fn trial_check<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    trial: Trial,
+    realised: f64,
+) -> Option<Step> {
+    let Phase::Production(p) = &mut key.phase else {
+        return None;
+    };
+    p.trial = None;
+    p.window.clear();
+    p.window_start = None;
     let settings = runtime::config().tuning;
-    let Phase::Production(p) = &key.phase else {
+    let predicted = trial.predicted;
+    let verdict = predicted.judge_trial(
+        trial.winner_realised,
+        realised,
+        settings.min_gain,
+        key.wrong,
+    );
+    let names = codelets::names(at.entry.op);
+    let ns_per_tick = clock::ns_per_tick();
+    let mut report = predicted.report(trial.winner_realised, verdict, &names, ns_per_tick);
+    report.runner_up_realised_us = Some(realised * ns_per_tick * 1e-3);
+    key.check = Some(report);
+    trace(at.entry, || {
+        format!(
+            "trial of {}: realised {:.0} us against the winner's {:.0} us: {}",
+            names[trial.runner_up],
+            realised * ns_per_tick * 1e-3,
+            trial.winner_realised * ns_per_tick * 1e-3,
+            verdict.name()
+        )
+    });
+    at.tuner.run(p.winner, at.k + settings.drift_interval);
+    judged(at, comm, key, predicted, trial.winner_realised, verdict)
+}
+
+/// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
+/// ticks per call): a kept decision is what the history and the rest of the run learn; a wrong
+/// one reopens the search (returns its step) or falls back to native.
+fn judged<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    predicted: Prediction,
+    realised: f64,
+    verdict: Verdict,
+) -> Option<Step> {
+    let settings = runtime::config().tuning;
+    let Phase::Production(p) = &mut key.phase else {
         return None;
     };
     let winner = p.winner;
-    let verdict = predicted.judge(realised, settings.min_gain, key.wrong);
     let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
-    key.check = Some(predicted.report(realised, verdict, &names, clock::ns_per_tick()));
     trace(at.entry, || {
         format!(
             "self-check of {}: predicted {:.0} us, realised {:.0} us: {}",
@@ -222,9 +337,7 @@ fn self_check<C: Operation>(
     });
     let Some((mark, timing)) = verdict.wrong(at.k, realised, predicted.winner) else {
         let realised_us = us(realised);
-        if let Phase::Production(p) = &mut key.phase {
-            p.realised_us = Some(realised_us);
-        }
+        p.realised_us = Some(realised_us);
         // Only a decision its production confirmed predicts later calls of this run.
         if let Some(plan) = &key.decided {
             let us = clock::ns_per_tick() * 1e-3;

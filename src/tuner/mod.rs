@@ -319,7 +319,7 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     let window_at = tuner.window_at.load(Ordering::Relaxed);
     match &key.phase {
         Phase::Production(p) => Step {
-            codelet: p.winner,
+            codelet: p.running(),
             barrier: None,
             measure: sampled(k, window_at),
         },

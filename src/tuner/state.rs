@@ -225,6 +225,13 @@ impl Tuner {
         self.window_at.store(window_at, Ordering::Relaxed);
     }
 
+    /// Production runs `codelet` (the winner, or a runner-up on trial) from now on, with a check
+    /// at call `check_at`.
+    pub fn run(&self, codelet: usize, check_at: u64) {
+        self.settled.store(codelet as u64 + 1, Ordering::Relaxed);
+        self.check_drift_at(check_at);
+    }
+
     /// Back to the slow path (a search starts).
     pub fn unsettle(&self) {
         self.settled.store(0, Ordering::Relaxed);
@@ -442,6 +449,18 @@ pub struct Production {
     /// search's decision or the safety net confirmed the prediction: what the history records
     /// for later jobs' predicted times.
     pub realised_us: Option<f64>,
+    /// The runner-up on trial, after the winner missed its prediction.
+    pub trial: Option<Trial>,
+}
+
+/// A runner-up on trial: the winner missed what its search predicted, so the runner-up runs a
+/// window of production calls before the self-check judges the decision (`drift`).
+#[derive(Clone, Copy, Debug)]
+pub struct Trial {
+    pub runner_up: usize,
+    /// The winner's realised time per call (agreed, clock ticks), and what the search predicted.
+    pub winner_realised: f64,
+    pub predicted: Prediction,
 }
 
 impl Production {
@@ -456,6 +475,12 @@ impl Production {
             predicted,
             from_history: None,
             realised_us: None,
+            trial: None,
         }
+    }
+
+    /// The codelet production runs: the winner, or the runner-up on trial.
+    pub fn running(&self) -> usize {
+        self.trial.map_or(self.winner, |t| t.runner_up)
     }
 }

@@ -19,7 +19,8 @@
 //! COMMTUNE_WARMUP calls, then the search, driven by the library's own `Sampler`, `Plan` and
 //! `Prediction::judge` with one sampler per rank and the estimates reduced to their maximum over
 //! ranks (`tuner::consensus`), then the winner, with the self-check 18 calls after the decision
-//! (which may reopen the search once with the other timing, then fall back to native). Each
+//! (a winner that missed its prediction puts the runner-up on trial for 18 calls; a wrong
+//! decision reopens the search once with the other timing, then falls back to native). Each
 //! instance is drawn from the model by what it is: after a switch, one of the codelet's
 //! switches (after the same predecessor when the traces have one); after a barrier, a barriered
 //! instance; else the next steady instance, continuing from a random place after each switch so
@@ -762,6 +763,24 @@ struct Production {
     /// Per rank: production periods since the decision, and their count.
     periods: Vec<u64>,
     calls: u64,
+    /// The runner-up on trial (a window of production calls after the winner missed), and the
+    /// winner's realised time per call.
+    trial: Option<(usize, f64)>,
+}
+
+impl Production {
+    /// The codelet production runs.
+    fn running(&self) -> usize {
+        self.trial.map_or(self.winner, |(runner_up, _)| runner_up)
+    }
+
+    /// A window after call `k` ends at another self-check (the trial's).
+    fn check_again(&mut self, settings: &Settings, k: u64) {
+        let check = check::first_check(settings.drift_interval);
+        self.check_at = Some(k + check);
+        self.window_from = k + check - check::window(settings.drift_interval);
+        self.window.iter_mut().for_each(|w| *w = (None, Vec::new()));
+    }
 }
 
 enum Phase {
@@ -789,6 +808,7 @@ fn production(
         window: vec![(None, Vec::new()); model.ranks],
         periods: vec![0; model.ranks],
         calls: 0,
+        trial: None,
     }
 }
 
@@ -827,10 +847,23 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             let predicted = p.predicted.expect("a check needs a prediction");
             let realised = realised(p, predicted.timing, &entry);
             sim.consensus();
-            let verdict = predicted.judge(realised, settings.min_gain, wrong);
-            check.get_or_insert(verdict);
             p.check_at = None;
-            match verdict {
+            // As src/tuner/drift.rs `self_check`: a miss puts the runner-up on trial first.
+            let verdict = match (p.trial.take(), predicted.runner_up) {
+                (Some((_, winner_realised)), _) => {
+                    Some(predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong))
+                }
+                (None, Some((runner_up, _))) if predicted.missed(realised, settings.min_gain) => {
+                    p.trial = Some((runner_up, realised));
+                    p.check_again(settings, k);
+                    None
+                }
+                (None, _) => Some(predicted.judge(realised, settings.min_gain, wrong)),
+            };
+            if let Some(verdict) = verdict {
+                check.get_or_insert(verdict);
+            }
+            match verdict.unwrap_or(Verdict::Kept) {
                 Verdict::Kept => {}
                 Verdict::Reopen(t) => {
                     wrong += 1;
@@ -851,7 +884,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         }
         let (codelet, barrier, search) = match &mut phase {
             Phase::Warmup => (0, false, false),
-            Phase::Production(p) => (p.winner, false, false),
+            Phase::Production(p) => (p.running(), false, false),
             Phase::Search(samplers) => match search_step(&mut sim, samplers, settings, &entry, k) {
                 Ok((codelet, barrier)) => {
                     searched += 1;
@@ -880,9 +913,11 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                         p.window[r].0.get_or_insert(call_start);
                         p.window[r].1.push(end - call_start);
                     }
-                    p.periods[r] += sim.clock[r] - entry;
+                    if p.trial.is_none() {
+                        p.periods[r] += sim.clock[r] - entry;
+                    }
                 }
-                p.calls += 1;
+                p.calls += u64::from(p.trial.is_none());
             }
             _ => {}
         }
