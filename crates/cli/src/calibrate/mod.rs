@@ -96,9 +96,10 @@ const RUN_SECONDS: f64 = 15.0;
 /// Calls per point: two searches' instances (every codelet, at most 8 per operation, each
 /// COMMTUNE_SAMPLES times; the self-check may reopen the first search, which it did for one
 /// point in twenty on shared memory, and the second search times blocks of two calls with
-/// `period`) plus warm-up, the first checkpoint and the self-check's windows.
+/// `period`) plus warm-up, the first checkpoint, the self-check's windows and the runner-up's
+/// trial window before a reopening (`check::first_check`, 18 calls each).
 fn calls_per_point(samples: u32) -> u32 {
-    (8 + 2 * 8) * samples + 40
+    (8 + 2 * 8) * samples + 60
 }
 
 /// Samples per codelet: COMMTUNE_SAMPLES if the user set it, else 32, eight times the library's
