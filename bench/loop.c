@@ -16,10 +16,7 @@
  *
  * Before the loop every pair of ranks exchanges a message (MPI_Sendrecv, which the library does
  * not tune), so that connections a network transport opens lazily are open; then a barrier.
- * Rank 0 prints: MS_PER_CALL <the slowest rank's loop time / calls, in milliseconds>
- * With LOOP_TIMES=PREFIX (halo only), each rank also writes PREFIX.RANK: per exchange, its
- * duration (first MPI_Irecv to the end of MPI_Waitall) and its period (from the previous
- * exchange's end), in microseconds, one exchange a line: where on a network the time goes. */
+ * Rank 0 prints: MS_PER_CALL <the slowest rank's loop time / calls, in milliseconds> */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,9 +87,6 @@ int main(int argc, char **argv)
                      (rank - k + size) % size, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    const char *times_prefix = kind == HALO ? getenv("LOOP_TIMES") : NULL;
-    double *began = times_prefix ? calloc(calls, sizeof(double)) : NULL;
-    double *ended = times_prefix ? calloc(calls, sizeof(double)) : NULL;
     double start = MPI_Wtime();
     for (long i = 0; i < calls; i++) {
         switch (kind) {
@@ -108,7 +102,6 @@ int main(int argc, char **argv)
         case HALO: {
             MPI_Request req[8];
             int q = 0;
-            if (began) began[i] = MPI_Wtime();
             for (int d = 0; d < 2; d++) {
                 MPI_Datatype t = d == 0 ? MPI_DOUBLE : column;
                 int count = d == 0 ? n : 1;
@@ -119,7 +112,6 @@ int main(int argc, char **argv)
                 MPI_Isend(out[2 * d + 1], count, t, upper[d], 2 * d + 1, cart, &req[q++]);
             }
             MPI_Waitall(q, req, MPI_STATUSES_IGNORE);
-            if (ended) ended[i] = MPI_Wtime();
             if (i % 10 == 9) MPI_Barrier(cart);
             break;
         }
@@ -128,21 +120,6 @@ int main(int argc, char **argv)
     double mine = MPI_Wtime() - start, slowest = 0;
     MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("MS_PER_CALL %.6f\n", slowest * 1e3 / (double)(calls > 0 ? calls : 1));
-    if (times_prefix) {
-        char name[4096];
-        snprintf(name, sizeof name, "%s.%d", times_prefix, rank);
-        FILE *f = fopen(name, "w");
-        if (!f) {
-            fprintf(stderr, "loop: cannot write %s\n", name);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        for (long i = 0; i < calls; i++)
-            fprintf(f, "%.1f %.1f\n", (ended[i] - began[i]) * 1e6,
-                    ((ended[i] - (i ? ended[i - 1] : start))) * 1e6);
-        fclose(f);
-    }
-    free(began);
-    free(ended);
     if (kind == HALO) {
         for (int f = 0; f < 4; f++) {
             free(out[f]);

@@ -48,9 +48,6 @@ pub struct Delay {
     pub duration: Duration,
     /// The delay applies from this instance of each key on (0: always).
     pub after: u64,
-    /// Only at instances that are a multiple of this (1: every one): a rare stall, whose cost is
-    /// in the mean time per call but not in a typical call.
-    pub every: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -113,12 +110,7 @@ impl Config {
     pub fn delay(&self, op: Op, codelet: usize, instance: u64) -> Option<Duration> {
         self.delays
             .iter()
-            .find(|d| {
-                d.op == op
-                    && d.codelet == codelet
-                    && instance >= d.after
-                    && instance.is_multiple_of(d.every)
-            })
+            .find(|d| d.op == op && d.codelet == codelet && instance >= d.after)
             .map(|d| d.duration)
     }
 }
@@ -189,7 +181,7 @@ pub const KNOBS: &[Knob] = &[
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
-        "op:codelet=duration[@instance][/every],... e.g. allreduce:native=300us (test only)",
+        "op:codelet=duration[@instance],... e.g. allreduce:native=300us (test only)",
     ),
 ];
 
@@ -406,23 +398,16 @@ fn codelet_list(
     list
 }
 
-/// `allreduce:native=300us,alltoall:bruck=1ms@200,halo:pairwise=40ms/3`.
+/// `allreduce:native=300us,alltoall:bruck=1ms@200`.
 fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
     let mut list = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = item
             .split_once('=')
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
-            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance][/every]"))
+            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
             .and_then(|((op, codelet), when)| {
                 let (op, codelet) = codelet_of(op.trim(), codelet.trim(), names)?;
-                let (when, every) = match when.split_once('/') {
-                    Some((w, e)) => match e.trim().parse::<u64>() {
-                        Ok(every) if every > 0 => (w, every),
-                        _ => return Err(bad_every(item)),
-                    },
-                    None => (when, 1),
-                };
                 let (duration, after) = match when.split_once('@') {
                     Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
                     None => (when, 0),
@@ -433,7 +418,6 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
                     codelet,
                     duration,
                     after,
-                    every,
                 })
             });
         match parsed {
@@ -446,10 +430,6 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
 
 fn bad_after(item: &str) -> String {
     format!("`{item}`: the instance after @ must be a whole number")
-}
-
-fn bad_every(item: &str) -> String {
-    format!("`{item}`: the period after / must be a whole number above 0")
 }
 
 fn bad_duration(item: &str) -> String {
@@ -622,18 +602,11 @@ mod tests {
     fn delays_with_units_and_start_instance() {
         let (c, problems) = parse([(
             "COMMTUNE_INJECT_DELAY",
-            "allreduce:native=300us,allreduce:ring=1.5ms@200,alltoall:nosuch=1ms,allreduce:linear=3,\
-             halo:persistent=40ms@10/3,halo:native=1ms/0",
+            "allreduce:native=300us,allreduce:ring=1.5ms@200,alltoall:nosuch=1ms,allreduce:linear=3",
         )]);
-        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("alltoall has no codelet `nosuch`"));
         assert!(problems[1].contains("duration must be a number with ns, us, ms or s"));
-        assert!(problems[2].contains("the period after / must be a whole number above 0"));
-        let persistent = index(Op::Halo, "persistent");
-        let stalls: Vec<u64> = (0..20)
-            .filter(|&i| c.delay(Op::Halo, persistent, i).is_some())
-            .collect();
-        assert_eq!(stalls, [12, 15, 18]);
         let ring = index(Op::Allreduce, "ring");
         assert_eq!(
             c.delay(Op::Allreduce, 0, 0),

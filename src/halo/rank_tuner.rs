@@ -4,14 +4,10 @@
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
 //! no collective. Samples are the collectives' (`commtune_tune::sampling::Sampler`): blocks of
-//! consecutive instances of one codelet, the first not measured. By default (`barrier`, as a
-//! rank alone holds no barrier, and `period`) an instance is the time from the previous
-//! completion of the same key to this one (an application iteration), blocks are at least
-//! `PERIOD_BLOCK` long and a codelet's estimate is the mean of its samples: on a network a
-//! codelet's cost is mostly in rare stalls and the near-free episodes after them, which only a
-//! block of several iterations holds and a robust estimate would drop. With `local` an instance
-//! is the episode (first post to last completion), in blocks of COMMTUNE_BLOCK, estimated by
-//! COMMTUNE_FILTER. A codelet that posted some of an episode's
+//! COMMTUNE_BLOCK instances of one codelet, the first not measured. An instance is the episode
+//! (first post to last completion) or, with `COMMTUNE_TIMING=period`, the time from the previous
+//! completion of the same key to this one (an application iteration); `barrier` times episodes as
+//! `local` does, as a rank alone holds no barrier. A codelet that posted some of an episode's
 //! messages natively (its requirements, see `CODELETS`) gives no sample; one that never manages
 //! to is dropped from the search, with a note in the report. `neighbor` is not searched here:
 //! ranks try it together once each has decided (`agreement`), and the samples of its instances go
@@ -19,9 +15,8 @@
 //!
 //! The self-check (`commtune_tune::check`) is the collectives' too, on this rank's times: a
 //! window of the winner's production instances after the decision, timed as the search timed,
-//! against its estimate; a clearly wrong decision searches again once, timed by periods (with
-//! blocks twice as long when the wrong search was timed by periods already), a second one falls
-//! back to native.
+//! against its estimate; a clearly wrong decision searches again once with the other timing, a
+//! second one falls back to native.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -53,24 +48,6 @@ use crate::sync::lock;
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
 
-/// Instances per block of a search timed by periods, at least (COMMTUNE_BLOCK may ask more). On
-/// a network most of a codelet's cost is in rare stalls (at 1 Gbit/s tens of milliseconds, about
-/// one episode in ten) followed by episodes that cost almost nothing (the NIC's token bucket
-/// filled meanwhile): a sample is the application's time per episode only over a block long
-/// enough to hold both.
-const PERIOD_BLOCK: usize = 4;
-
-/// How a search times its samples under COMMTUNE_TIMING `configured`: `barrier` times periods,
-/// as a rank alone holds no barrier and the period is what the application feels; `local`
-/// times episodes, first post to last completion, which on a network misses what a codelet
-/// costs outside its episodes and gives the stalls' aftermath as its typical time.
-fn search_timing(configured: Timing) -> Timing {
-    match configured {
-        Timing::Local => Timing::Local,
-        Timing::Barrier | Timing::Period => Timing::Period,
-    }
-}
-
 #[derive(Default)]
 struct EpisodeTuner {
     instances: u64,
@@ -81,12 +58,9 @@ struct EpisodeTuner {
     search_instances: u64,
     searches: u32,
     /// The timing of the next search once a self-check found a decision wrong (None:
-    /// COMMTUNE_TIMING's, `search_timing`), and how many it found wrong.
+    /// COMMTUNE_TIMING), and how many it found wrong.
     timing: Option<Timing>,
     wrong: u32,
-    /// A self-check found a period-timed decision wrong: the next search runs blocks twice as
-    /// long (its samples missed the stalls), with the same timing.
-    longer: bool,
     /// The latest self-check: the prediction, the realised ticks per instance, the verdict.
     checked: Option<(Prediction, f64, Verdict)>,
     /// How tuning ended when the report's phase does not say it.
@@ -108,9 +82,12 @@ static EPISODES: AtomicU64 = AtomicU64::new(0);
 /// class's rate since its first instance and the rank's episodes so far, at episode `now`.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().tuning;
-    let (timing, block) = t.next_search();
-    let instances =
-        sampling::search_instances(Search::candidates().len(), timing, block, settings.samples);
+    let instances = sampling::search_instances(
+        Search::candidates().len(),
+        t.timing.unwrap_or(settings.timing),
+        settings.block as usize,
+        settings.samples,
+    );
     t.not_worth = budget::ready(settings.budget, t.instances, born, now, instances).err();
     t.not_worth.is_none()
 }
@@ -239,7 +216,7 @@ pub fn completed(
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
-            self_check(t, predicted, realised, now_episode);
+            self_check(t, predicted, realised);
         }
         return Measured::Sample;
     }
@@ -317,26 +294,10 @@ fn instance_start(
     }
 }
 
-impl EpisodeTuner {
-    /// The timing and block length of the next search of this class.
-    fn next_search(&self) -> (Timing, usize) {
-        let settings = runtime::config().tuning;
-        let timing = self
-            .timing
-            .unwrap_or_else(|| search_timing(settings.timing));
-        let block = settings.block as usize;
-        let block = match timing {
-            Timing::Period => block.max(PERIOD_BLOCK) << usize::from(self.longer),
-            Timing::Local | Timing::Barrier => block,
-        };
-        (timing, block)
-    }
-}
-
 /// Starts a search of `t`, with the timing a self-check chose if one did.
 fn start_search(t: &mut EpisodeTuner) {
-    let (timing, block) = t.next_search();
-    t.search = Some(Search::new(timing, block));
+    let timing = t.timing.unwrap_or(runtime::config().tuning.timing);
+    t.search = Some(Search::new(timing));
     t.searches += 1;
     t.timeline.push(Mark::Search {
         call: t.instances + 1,
@@ -358,16 +319,9 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
     });
 }
 
-/// Why a class runs native when its decision was found wrong and a second search could not pay
-/// for itself.
-const WRONG_NOT_WORTH: &str =
-    "the self-check found the decision wrong, and a second search would not pay: native kept";
-
-/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again,
-/// timed by periods (a `local` search is found wrong by what it misses outside episodes; a
-/// period one by blocks too short for the stalls, so its second search has longer blocks), if
-/// that can pay for itself by rank episode `now` (do no harm), or falls back to native.
-fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, now: u64) {
+/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again
+/// with the other timing, or falls back to native.
+fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let settings = runtime::config().tuning;
     let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
     t.checked = Some((predicted, realised, verdict));
@@ -377,17 +331,10 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64, now: u
     t.wrong += 1;
     t.timeline.push(mark);
     match timing {
-        Some(_) => {
-            t.longer = predicted.timing == Timing::Period;
-            t.timing = Some(Timing::Period);
-            let born = t.born.unwrap_or(now);
-            if worth_searching(t, born, now) {
-                t.production = None;
-                start_search(t);
-            } else {
-                t.reason = Some(WRONG_NOT_WORTH);
-                t.production = Some(Production::new(NATIVE, None));
-            }
+        Some(timing) => {
+            t.timing = Some(timing);
+            t.production = None;
+            start_search(t);
         }
         None => {
             t.reason = Some(check::NATIVE_KEPT);
@@ -459,11 +406,11 @@ impl Search {
             .collect()
     }
 
-    fn new(timing: Timing, block: usize) -> Search {
+    fn new(timing: Timing) -> Search {
         let settings = runtime::config().tuning;
         let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
         let mut search = Search {
-            sampler: Sampler::new(plan, timing, block),
+            sampler: Sampler::new(plan, timing, settings.block as usize),
             next: (NATIVE, false),
             misses: 0,
         };
@@ -485,13 +432,7 @@ impl Search {
                     return None;
                 }
                 Turn::RoundEnd => {
-                    // A period sample is a block's time per episode: their mean is the
-                    // codelet's, stalls included, where a robust estimate would drop the
-                    // blocks that stalled.
-                    let estimates = match self.sampler.timing {
-                        Timing::Period => self.sampler.means(),
-                        Timing::Local | Timing::Barrier => self.sampler.estimates(settings.filter),
-                    };
+                    let estimates = self.sampler.estimates(settings.filter);
                     let next = self
                         .sampler
                         .after_round(&estimates, false, settings.min_gain);

@@ -185,17 +185,6 @@ impl Sampler {
             .collect()
     }
 
-    /// This rank's mean of every candidate's samples, in the plan's order: with blocks of equal
-    /// length, the time per instance over all of a codelet's measured instances, its rare slow
-    /// ones included (a halo search: on a network they are most of what the application pays).
-    pub fn means(&self) -> Vec<Agreed> {
-        self.plan
-            .candidates
-            .iter()
-            .map(|c| self.samples.mean(c.index))
-            .collect()
-    }
-
     /// Share of `key_ticks` (the key's expected time over the run) spent on codelets other than
     /// the leader.
     pub fn wasted_share(&self, key_ticks: f64) -> f64 {
@@ -372,24 +361,6 @@ mod tests {
         let indices: Vec<usize> = s.plan.candidates.iter().map(|c| c.index).collect();
         assert_eq!(indices, [0, 2]);
         assert_eq!(s.estimates(Filter::Robust { nu: 5.0 }).len(), 2);
-    }
-
-    #[test]
-    fn means_count_the_blocks_that_stalled() {
-        // Codelet 1's blocks: three typical ones of 10 ticks per instance and one with a stall
-        // (100); codelet 0 takes 25 every time.
-        let mut s = Sampler::new(plan(&[0, 1]), Timing::Period, 2);
-        let mut clock = 0;
-        for round_of in [10, 10, 100, 10] {
-            let cost = |c: usize, _: usize| if c == 0 { 25 } else { round_of };
-            round(&mut s, &mut clock, 0, cost);
-            s.after_round(&s.means(), false, 0.02);
-        }
-        let means: Vec<f64> = s.means().iter().map(|a| a.location).collect();
-        assert_eq!(means, [25.0, 32.5]);
-        // A robust estimate takes the stalled block for an outlier: codelet 1 would look faster.
-        let robust = s.estimates(Filter::Robust { nu: 5.0 });
-        assert!(robust[1].location < robust[0].location, "{robust:?}");
     }
 
     #[test]

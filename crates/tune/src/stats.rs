@@ -157,14 +157,6 @@ impl Samples {
         &mut self.0[at].1
     }
 
-    /// The samples of `codelet` (none yet: empty).
-    fn get(&self, codelet: usize) -> &[f64] {
-        self.0
-            .iter()
-            .find(|(i, _)| *i == codelet)
-            .map_or(&[][..], |(_, v)| v.as_slice())
-    }
-
     /// Keeps the samples of the codelets `keep` selects.
     pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
         self.0.retain(|(c, _)| keep(*c));
@@ -173,26 +165,17 @@ impl Samples {
     /// This rank's estimate of `codelet`: typical time and its standard error (zero without
     /// samples).
     pub fn estimate(&self, filter: Filter, codelet: usize) -> Agreed {
-        let samples = self.get(codelet);
+        let samples = self
+            .0
+            .iter()
+            .find(|(i, _)| *i == codelet)
+            .map_or(&[][..], |(_, v)| v.as_slice());
         match estimate(filter, samples) {
             Some(e) => Agreed {
                 location: e.location,
                 error: e.spread / (samples.len() as f64).sqrt(),
             },
             None => Agreed::default(),
-        }
-    }
-
-    /// The mean of `codelet`'s samples and its standard error, every sample counted: where rare
-    /// slow samples are what the application pays (zero without samples).
-    pub fn mean(&self, codelet: usize) -> Agreed {
-        let samples = self.get(codelet);
-        if samples.is_empty() {
-            return Agreed::default();
-        }
-        Agreed {
-            location: mean(samples),
-            error: std_dev(samples) / (samples.len() as f64).sqrt(),
         }
     }
 }
