@@ -151,7 +151,7 @@ fn safety_net<C: Operation>(
         return None;
     };
     let winner = p.winner;
-    let confirmed = measured_us <= predicted_us * (1.0 + runtime::config().pmax);
+    let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
     if let Some(prediction) = &mut key.prediction {
         prediction.measured_us = Some(measured_us);
         prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
