@@ -394,6 +394,29 @@ fn drift_checks_of_a_steady_key_space_out() {
     }
 }
 
+/// tuned_loop with the allreduce alone tuned (its calls alone count the communicator's
+/// instances), a short brute search (ring, if undelayed, is decided at call 19) and `delays`.
+fn self_checked_loop(
+    flavour: Flavour,
+    np: usize,
+    name: &str,
+    iterations: &str,
+    delays: &[String],
+) -> Job {
+    tuned_loop(
+        flavour,
+        np,
+        name,
+        iterations,
+        &[
+            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
+            ("COMMTUNE_SEARCH", "brute"),
+            ("COMMTUNE_SAMPLES", "2"),
+            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
+        ],
+    )
+}
+
 #[test]
 fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     // ring wins the search (calls 5 to 18 with these knobs, the decision at 19); from call 24
@@ -401,19 +424,7 @@ fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     // runner-up, tried for a window after that, does better.
     let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
     delays.push("allreduce:ring=20ms@24".into());
-    let job = tuned_loop(
-        OpenMpi,
-        4,
-        "self_check",
-        "150",
-        &[
-            // Only the allreduce is tuned, so its calls alone count the communicator's instances.
-            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
-            ("COMMTUNE_SEARCH", "brute"),
-            ("COMMTUNE_SAMPLES", "2"),
-            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
-        ],
-    );
+    let job = self_checked_loop(OpenMpi, 4, "self_check", "150", &delays);
     let report = job.report();
     let t = tuning(loop_site(&report, "SITE:allreduce"));
     assert_eq!(
@@ -454,18 +465,7 @@ fn a_miss_the_runner_up_shares_keeps_the_decision(flavour: Flavour, np: usize) {
         "allreduce:rabenseifner=30ms@24".to_string(),
         "allreduce:rabenseifner=3ms".to_string(),
     ]);
-    let job = tuned_loop(
-        flavour,
-        np,
-        "trial",
-        "120",
-        &[
-            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
-            ("COMMTUNE_SEARCH", "brute"),
-            ("COMMTUNE_SAMPLES", "2"),
-            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
-        ],
-    );
+    let job = self_checked_loop(flavour, np, "trial", "120", &delays);
     let report = job.report();
     let t = tuning(loop_site(&report, "SITE:allreduce"));
     assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");

@@ -7,7 +7,7 @@
 //! window before each check against the first, reduced over ranks; a search reopens after
 //! strikes in a row.
 
-use commtune_tune::check::{self, Prediction, Verdict};
+use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
@@ -77,14 +77,16 @@ pub(super) fn drift_check<C: Operation>(
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let realised = consensus::realised(&comm.private?, realised).ok()?;
-        if let Some((runner_up, _)) = predicted.runner_up
-            && predicted.missed(realised, settings.min_gain)
-        {
-            start_trial(at, key, runner_up, predicted, realised);
-            return None;
-        }
-        if let Some(step) = self_check(at, comm, key, predicted, realised) {
-            return Some(step);
+        match predicted.assess(realised, settings.min_gain, key.wrong) {
+            Judgement::Trial(runner_up) => {
+                start_trial(at, key, runner_up, predicted, realised);
+                return None;
+            }
+            Judgement::Verdict(verdict) => {
+                if let Some(step) = self_check(at, comm, key, predicted, realised, verdict) {
+                    return Some(step);
+                }
+            }
         }
     }
     let Phase::Production(p) = &mut key.phase else {
@@ -209,17 +211,16 @@ fn drift_ratio(p: &mut Production) -> f64 {
     }
 }
 
-/// Checks the decision against `realised` (agreed, ticks per call) when its winner did not
-/// miss the prediction or no other codelet was measured; returns the search step when the search
-/// reopens.
+/// The self-check's `verdict` on the decision whose winner realised `realised` (agreed, ticks
+/// per call), when no trial was needed; returns the search step when the search reopens.
 fn self_check<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     predicted: Prediction,
     realised: f64,
+    verdict: Verdict,
 ) -> Option<Step> {
-    let verdict = predicted.judge(realised, runtime::config().tuning.min_gain, key.wrong);
     key.check = Some(predicted.report(
         realised,
         verdict,

@@ -64,6 +64,15 @@ pub fn prediction_holds(predicted_us: f64, measured_us: f64, pmax: f64) -> bool 
     measured_us <= predicted_us * (1.0 + pmax) + PREDICTION_FLOOR_US
 }
 
+/// What a collective's self-check makes of a decision (`Prediction::assess`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Judgement {
+    /// The winner missed: the runner-up (registry index) runs a window of production calls,
+    /// then `Prediction::judge_trial` decides.
+    Trial(usize),
+    Verdict(Verdict),
+}
+
 /// The reason a key (collective or halo) runs native after its second wrong decision.
 pub const NATIVE_KEPT: &str = "the self-check found two decisions wrong: native kept";
 
@@ -127,6 +136,16 @@ impl Prediction {
             self.wrong_verdict(wrong)
         } else {
             Verdict::Kept
+        }
+    }
+
+    /// The collectives' self-check of a decision whose winner realised `realised`: a winner that
+    /// missed with a runner-up puts it on trial, otherwise `judge` gives the verdict. (Halo
+    /// classes, tuned by each rank alone, are judged without a trial.)
+    pub fn assess(&self, realised: f64, min_gain: f64, wrong: u32) -> Judgement {
+        match self.runner_up {
+            Some((runner_up, _)) if self.missed(realised, min_gain) => Judgement::Trial(runner_up),
+            _ => Judgement::Verdict(self.judge(realised, min_gain, wrong)),
         }
     }
 
@@ -225,7 +244,8 @@ mod tests {
     fn a_miss_the_runner_up_shares_in_production_keeps_the_decision() {
         // Predicted 30 (runner-up 31), realised 40: a miss; the runner-up then realises 41.
         let p = predicted(30.0, 31.0);
-        assert!(p.missed(40.0, 0.02));
+        assert_eq!(p.assess(40.0, 0.02, 0), Judgement::Trial(0));
+        assert_eq!(p.assess(36.0, 0.02, 0), Judgement::Verdict(Verdict::Kept));
         assert_eq!(p.judge_trial(40.0, 41.0, 0.02, 0), Verdict::Kept);
         assert_eq!(
             p.judge_trial(40.0, 39.5, 0.02, 0),

@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 
 use crate::budget;
-use crate::check::{self, Prediction, Verdict};
+use crate::check::{self, Judgement, Prediction, Verdict};
 use crate::policy::{Agreed, Candidate, Next, Plan, Search};
 use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
@@ -848,17 +848,19 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             let realised = realised(p, predicted.timing, &entry);
             sim.consensus();
             p.check_at = None;
-            // As src/tuner/drift.rs `self_check`: a miss puts the runner-up on trial first.
-            let verdict = match (p.trial.take(), predicted.runner_up) {
-                (Some((_, winner_realised)), _) => {
+            // As src/tuner/drift.rs `drift_check`.
+            let verdict = match p.trial.take() {
+                Some((_, winner_realised)) => {
                     Some(predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong))
                 }
-                (None, Some((runner_up, _))) if predicted.missed(realised, settings.min_gain) => {
-                    p.trial = Some((runner_up, realised));
-                    p.check_again(settings, k);
-                    None
-                }
-                (None, _) => Some(predicted.judge(realised, settings.min_gain, wrong)),
+                None => match predicted.assess(realised, settings.min_gain, wrong) {
+                    Judgement::Trial(runner_up) => {
+                        p.trial = Some((runner_up, realised));
+                        p.check_again(settings, k);
+                        None
+                    }
+                    Judgement::Verdict(verdict) => Some(verdict),
+                },
             };
             if let Some(verdict) = verdict {
                 check.get_or_insert(verdict);

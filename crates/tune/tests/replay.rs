@@ -197,14 +197,17 @@ fn barrier_timing_finds_what_local_timing_misses_on_the_rig() {
     let models = models();
     let m = find(&models, "allgatherv", 4 << 20, 4);
     assert_eq!(m.name(m.best().0), "ring");
-    let local = regret(m, &settings(Search::Attributes, Timing::Local, 1, 4), 2000);
-    let barrier = regret(
-        m,
-        &settings(Search::Attributes, Timing::Barrier, 1, 4),
-        2000,
-    );
+    let (local, barrier) = local_and_barrier(m, 4);
     assert!(barrier < 1.05, "barrier {barrier}");
     assert!(local > barrier + 0.08, "local {local}, barrier {barrier}");
+}
+
+/// The regrets at 2000 calls of `attributes` with local timing (`local_samples` samples) and
+/// with barrier timing (4 samples, the default), blocks of one.
+fn local_and_barrier(m: &Model, local_samples: u32) -> (f64, f64) {
+    let local = settings(Search::Attributes, Timing::Local, 1, local_samples);
+    let barrier = settings(Search::Attributes, Timing::Barrier, 1, 4);
+    (regret(m, &local, 2000), regret(m, &barrier, 2000))
 }
 
 /// A configuration searched whole: no budget cuts it short (what is compared is the search).
@@ -227,12 +230,7 @@ fn settings(search: Search, timing: Timing, block: u32, samples: u32) -> Setting
 fn local_timing_is_misled_where_barrier_timing_is_not() {
     let models = models();
     let m = find(&models, "allreduce", 1 << 16, 2);
-    let local = regret(m, &settings(Search::Attributes, Timing::Local, 1, 8), 2000);
-    let barrier = regret(
-        m,
-        &settings(Search::Attributes, Timing::Barrier, 1, 4),
-        2000,
-    );
+    let (local, barrier) = local_and_barrier(m, 8);
     assert!(barrier < 1.03, "{barrier}");
     assert!(local > barrier + 0.05, "local {local}, barrier {barrier}");
 }
