@@ -101,10 +101,7 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
     let entries: Vec<history::Entry> = loaded
         .entries
         .into_iter()
-        .filter(|e| {
-            history::predict::compatible(e, &process.mpi, &platform)
-                && e.timing.as_deref() == Some(timing)
-        })
+        .filter(|e| history::predict::compatible(e, &process.mpi, &platform, timing))
         .collect();
     let knowledge = Knowledge::new(&entries, config.pmax);
     if process.rank == 0 && config.verbose >= 1 {
