@@ -379,7 +379,7 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "left out 1 entry of other timings ({OTHER_TIMING} 1) (--timing chooses another)"
+            "left out 1 entry of other timings ({OTHER_TIMING} 1); --timing chooses another"
         )),
         "{stderr}"
     );

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
+use commtune_history::UNKNOWN_TIMING;
 use commtune_tune::Timing;
 use commtune_tune::settings::Settings;
 
@@ -79,11 +80,18 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         );
     }
     if selection.tables.is_empty() {
+        let mut hints = Vec::new();
+        if selection.other_timings.keys().any(|t| t != UNKNOWN_TIMING) {
+            hints.push("--timing chooses another");
+        }
+        if selection.other_timings.contains_key(UNKNOWN_TIMING) {
+            hints.push("entries of unknown timing (format 1) are never exported");
+        }
+        let hints: String = hints.iter().map(|h| format!("; {h}")).collect();
         return Err(Failure::new(
             1,
             format!(
-                "nothing to export: the history store {} has no {} entries{} {} (--timing \
-                 chooses another)",
+                "nothing to export: the history store {} has no {} entries{} {}{hints}",
                 dir.display(),
                 args.format,
                 if args.comm_size.is_empty() {
