@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 
 use common::{Flavour, Mpich, OpenMpi, Run, cli, compile, run, scratch};
 use commtune_history::{Entry, Estimate, How, Platform};
+use commtune_tune::settings::Settings;
 
 const RANKS: usize = 4;
 /// Elements per call of export_probe: 64 doubles (allreduce, 512 bytes) or 64 ints per block
@@ -101,6 +102,7 @@ fn library_version(flavour: Flavour, exe: &Path, dir: &Path) -> String {
         .to_string()
 }
 
+/// A search's decision, timed as the library times by default (what export takes by default).
 fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
     Entry {
         op: op.into(),
@@ -128,7 +130,7 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
                 error_us: 1.0,
             },
         ],
-        timing: Some("local".into()),
+        timing: Some(Settings::default().timing.name().into()),
         realised_us: None,
         winner: winner.into(),
         time: 0,
@@ -137,13 +139,21 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
 }
 
 /// A store with `cases`' decisions, a small alltoall whose winner has no counterpart anywhere,
-/// a small native allreduce, and one entry of another MPI library.
+/// a small native allreduce, one entry of another MPI library, and one of the first case timed
+/// otherwise, which native won (pooled with the case's, native would: median 55 µs against 275).
 fn store(dir: &Path, mpi: &str, cases: &[Case]) -> PathBuf {
     let store = dir.join("store");
     let mut entries: Vec<Entry> = cases
         .iter()
         .map(|c| entry(mpi, c.op, c.bytes, c.winner))
         .collect();
+    assert_ne!(OTHER_TIMING, Settings::default().timing.name());
+    let mut other_timing = entries[0].clone();
+    other_timing.timing = Some(OTHER_TIMING.into());
+    other_timing.estimates[0].us = 10.0;
+    other_timing.estimates[1].us = 500.0;
+    other_timing.winner = "native".into();
+    entries.push(other_timing);
     entries.push(entry(mpi, "alltoall", 64, "pairwise_excl"));
     entries.push(entry(mpi, "allreduce", 8, "native"));
     entries.push(entry("Another MPI 1.0", "allreduce", 512, "ring"));
@@ -151,12 +161,20 @@ fn store(dir: &Path, mpi: &str, cases: &[Case]) -> PathBuf {
     store
 }
 
+/// Not the library's default timing.
+const OTHER_TIMING: &str = "period";
+
 fn export(format: &str, store: &Path, output: &Path) -> Output {
+    export_with(format, store, output, &[])
+}
+
+fn export_with(format: &str, store: &Path, output: &Path, args: &[&str]) -> Output {
     Command::new(cli())
         .args(["export", "--format", format, "--dir"])
         .arg(store)
         .arg("--output")
         .arg(output)
+        .args(args)
         .output()
         .expect("run commtune export")
 }
@@ -265,11 +283,17 @@ fn exported_rules_change_the_choice(flavour: Flavour) {
         stderr.contains("skipped 1 entries measured with another MPI library"),
         "{stderr}"
     );
+    let timing = format!(
+        "timed {}; left out 1 entry of other timings ({OTHER_TIMING} 1)",
+        Settings::default().timing.name()
+    );
+    assert!(stdout.contains(&timing), "{stdout}");
     let text = std::fs::read_to_string(&file).expect("the exported file");
     let shown = file.display().to_string();
     let using: Vec<(&str, &str)> = match flavour {
         OpenMpi => {
             assert!(text.contains(&format!("# {unmapped}")), "{text}");
+            assert!(text.contains(&format!("its decisions {timing}.")), "{text}");
             assert!(
                 stdout.contains(&format!(
                     "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename {shown}"
@@ -356,4 +380,37 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("nothing to export"), "{stderr}");
     assert!(!output.exists(), "no file for nothing");
+
+    // Only decisions of another timing: nothing by default, all of them when asked for.
+    let timed = dir.join("timed");
+    let mut decision = entry("Open MPI v4.1.4", "allreduce", 8, "native");
+    decision.timing = Some(OTHER_TIMING.into());
+    commtune_history::write(&timed, "job.jsonl", &[decision]).unwrap();
+    let out = export("openmpi", &timed, &output);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "left out 1 entry of other timings ({OTHER_TIMING} 1); --timing chooses another"
+        )),
+        "{stderr}"
+    );
+    assert!(!output.exists(), "no file for nothing");
+    let out = export_with("openmpi", &timed, &output, &["--timing", OTHER_TIMING]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "from 1 entries of {}, timed {OTHER_TIMING}; no entries of other timings",
+            timed.display()
+        )),
+        "{stdout}"
+    );
+    let out = export_with("openmpi", &timed, &output, &["--timing", "wall"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--timing"));
 }

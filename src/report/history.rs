@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use commtune_history::{self as history, Estimate, How};
+use commtune_history::{self as history, How};
 use commtune_report::Op;
 use rustc_hash::FxHashSet;
 
@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::runtime::{self, Process};
 use crate::say::say;
 use crate::tuner::knowledge;
-use crate::{codelets, keys, tuner};
+use crate::{keys, tuner};
 
 /// After MPI_Finalize, on rank 0: adds one entry per decided key, if there is any.
 pub fn record(process: &Process, config: &Config) {
@@ -54,32 +54,18 @@ fn entries(process: &Process) -> Vec<history::Entry> {
         if entry.op == Op::Halo || config.forced(entry.op).is_some() || entry.is_folded() {
             continue;
         }
-        let Some(tuner::Decided { tuner, decision }) = tuner::decided(entry) else {
+        let Some(tuner::Decided {
+            tuner,
+            mut decision,
+        }) = tuner::decided(entry)
+        else {
             continue;
         };
         if !seen.insert(tuner) {
             continue;
         }
-        let names = codelets::names(entry.op);
-        let estimates = decision
-            .estimates
-            .iter()
-            .map(|(i, e)| Estimate {
-                codelet: names[*i].to_string(),
-                us: e.location,
-                error_us: e.error,
-            })
-            .collect();
-        entries.push(knowledge::entry(
-            entry,
-            decision.comm_size,
-            decision.timing,
-            estimates,
-            decision.realised_us,
-            names[decision.winner],
-            how(decision.how, config),
-            process,
-        ));
+        decision.how = how(decision.how, config);
+        entries.push(knowledge::entry(entry, &decision, process));
     }
     entries
 }

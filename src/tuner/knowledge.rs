@@ -14,10 +14,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
 use commtune_history::{self as history, Estimate, How, Platform};
-use commtune_tune::Timing;
+use commtune_tune::Agreed;
 use commtune_tune::classes::class_name;
 
-use super::state::TunerState;
+use super::state::{Decision, TunerState};
 use crate::codelets;
 use crate::config::{Config, HistoryTarget, Mode};
 use crate::keys::Entry;
@@ -101,10 +101,7 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
     let entries: Vec<history::Entry> = loaded
         .entries
         .into_iter()
-        .filter(|e| {
-            history::predict::compatible(e, &process.mpi, &platform)
-                && e.timing.as_deref() == Some(timing)
-        })
+        .filter(|e| history::predict::compatible(e, &process.mpi, &platform, timing))
         .collect();
     let knowledge = Knowledge::new(&entries, config.pmax);
     if process.rank == 0 && config.verbose >= 1 {
@@ -176,47 +173,37 @@ pub fn learn(
     if timing != runtime::config().tuning.timing {
         return;
     }
-    let names = codelets::names(entry.op);
     // Made only with a store to add it to: the platform it records reads /proc/cpuinfo.
     known(|k| {
-        let estimates = estimates
-            .map(|(i, us)| Estimate {
-                codelet: names[i].to_string(),
-                us,
-                error_us: 0.0,
-            })
-            .collect();
-        k.add(self::entry(
-            entry,
-            key.comm_size,
-            timing,
-            estimates,
-            realised_us,
-            names[winner],
+        let decision = Decision {
+            winner,
+            estimates: estimates
+                .map(|(i, location)| {
+                    (
+                        i,
+                        Agreed {
+                            location,
+                            error: 0.0,
+                        },
+                    )
+                })
+                .collect(),
             how,
-            process,
-        ));
+            comm_size: key.comm_size,
+            timing,
+            realised_us,
+        };
+        k.add(self::entry(entry, &decision, process));
     });
 }
 
-/// The history entry of the decided key of `entry` on a communicator of `comm_size` ranks:
-/// `estimates` in microseconds, timed with `timing`, the winner's among them, and the winner's
-/// realised time in production if it was measured.
-#[allow(clippy::too_many_arguments)]
-pub fn entry(
-    entry: &Entry,
-    comm_size: u32,
-    timing: Timing,
-    estimates: Vec<Estimate>,
-    realised_us: Option<f64>,
-    winner: &str,
-    how: How,
-    process: &Process,
-) -> history::Entry {
+/// The history entry of `decision`, the decided key of `entry`.
+pub fn entry(entry: &Entry, decision: &Decision, process: &Process) -> history::Entry {
     let description = &entry.description;
+    let names = codelets::names(entry.op);
     history::Entry {
         op: entry.op.name().to_string(),
-        comm_size,
+        comm_size: decision.comm_size,
         ranks_per_node: ranks_per_node(),
         size_class: class_name(description.bytes_per_call),
         bytes: description.bytes_per_call,
@@ -224,15 +211,25 @@ pub fn entry(
         facts: description.facts.clone(),
         mpi: process.mpi.clone(),
         platform: platform(process),
-        estimates,
-        timing: Some(timing.name().to_string()),
+        estimates: decision
+            .estimates
+            .iter()
+            .map(|(i, agreed)| Estimate {
+                codelet: names[*i].to_string(),
+                us: agreed.location,
+                error_us: agreed.error,
+            })
+            .collect(),
+        timing: Some(decision.timing.name().to_string()),
         // An empty window measures 0: no time at all.
-        realised_us: realised_us.filter(|us| us.is_finite() && *us > 0.0),
-        winner: winner.to_string(),
+        realised_us: decision
+            .realised_us
+            .filter(|us| us.is_finite() && *us > 0.0),
+        winner: names[decision.winner].to_string(),
         time: SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        how,
+        how: decision.how,
     }
 }
 

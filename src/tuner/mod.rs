@@ -183,8 +183,16 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
                 _ if tuner.settled.load(Ordering::Relaxed) != 0 => trace::Kind::Production,
                 _ => trace::Kind::Warmup,
             };
-            let hash = key.agree_hash();
-            trace::record::<C>(entry, hash, k, step.codelet, kind, start, call_start, end);
+            trace::record::<C>(trace::Instance {
+                entry,
+                agree_hash: key.agree_hash(),
+                k,
+                codelet: step.codelet as u8,
+                kind,
+                start,
+                call_start,
+                end,
+            });
         }
     } else {
         entry.count(step.codelet);

@@ -35,16 +35,20 @@ use crate::{clock, mpi, runtime};
 /// counted, not kept, and the file says how many.
 pub const MAX_RECORDS: usize = 1_000_000;
 
-/// One instance, in clock ticks.
-struct Record {
-    entry: &'static Entry,
-    agree_hash: u64,
-    k: u64,
-    codelet: u8,
-    kind: Kind,
-    start: u64,
-    call_start: u64,
-    end: u64,
+/// One instance: the `k`th call of the key with agreed identity `agree_hash`, measured on
+/// `entry`, ran `codelet` (its registry index) from `call_start` (after its barrier; it was
+/// entered at `start`) to `end`, in clock ticks.
+pub struct Instance {
+    pub entry: &'static Entry,
+    pub agree_hash: u64,
+    pub k: u64,
+    /// A byte, not a usize: a million records are kept (an operation has far fewer than 256
+    /// codelets).
+    pub codelet: u8,
+    pub kind: Kind,
+    pub start: u64,
+    pub call_start: u64,
+    pub end: u64,
 }
 
 /// An operation's codelets as the file's header lists them: name, partners, uses collectives.
@@ -54,7 +58,7 @@ struct Codelets {
 }
 
 struct Trace {
-    records: Vec<Record>,
+    records: Vec<Instance>,
     dropped: u64,
     ops: Vec<Codelets>,
 }
@@ -82,20 +86,8 @@ pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
-/// Keeps one instance of a key: the `k`th call of the key with agreed identity `agree_hash`,
-/// measured on `entry`, ran `codelet` from `call_start` (after its barrier; it was entered at
-/// `start`) to `end`.
-#[allow(clippy::too_many_arguments)]
-pub fn record<C: Operation>(
-    entry: &'static Entry,
-    agree_hash: u64,
-    k: u64,
-    codelet: usize,
-    kind: Kind,
-    start: u64,
-    call_start: u64,
-    end: u64,
-) {
+/// Keeps one instance of a key of operation `C`.
+pub fn record<C: Operation>(instance: Instance) {
     WRITE_AT_EXIT.call_once(|| mpi::at_exit(write_at_exit));
     let trace = &mut *lock(&TRACE);
     if trace.records.len() >= MAX_RECORDS {
@@ -114,16 +106,7 @@ pub fn record<C: Operation>(
                 .collect(),
         });
     }
-    trace.records.push(Record {
-        entry,
-        agree_hash,
-        k,
-        codelet: codelet as u8,
-        kind,
-        start,
-        call_start,
-        end,
-    });
+    trace.records.push(instance);
 }
 
 /// Writes this rank's file when the process ends (after MPI_Finalize, or at an exit without it).

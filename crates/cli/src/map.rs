@@ -1,7 +1,8 @@
 //! `commtune map`: per operation the decision map the history store gives, and how well the
 //! history predicts problems it has not seen (leave-one-out): the benchmark of the prediction.
-//! Entries of different MPI libraries or platforms never mix (as in the library, which predicts
-//! only from `predict::compatible` entries): each pair gets its own section.
+//! Entries of different MPI libraries, platforms or timings never mix (as in the library, which
+//! predicts only from `predict::compatible` entries): each triple gets its own section, and
+//! entries of unknown timing (format version 1) one of their own.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,7 +10,7 @@ use std::path::Path;
 
 use commtune_history::map::{self, Map};
 use commtune_history::predict::{self, Evaluation, Knowledge, Measured, Predictor};
-use commtune_history::{Entry, Loaded};
+use commtune_history::{Entry, Loaded, UNKNOWN_TIMING};
 use commtune_tune::classes::human;
 
 pub struct Options {
@@ -27,24 +28,28 @@ pub struct Later<'a> {
     pub loaded: &'a Loaded,
 }
 
-/// The entries of each MPI library and platform (the platform as the heading shows it).
-fn sections<'a>(loaded: &'a Loaded, op: Option<&str>) -> BTreeMap<(&'a str, String), Vec<Entry>> {
-    let mut sections: BTreeMap<(&str, String), Vec<Entry>> = BTreeMap::new();
+/// What entries of one section share: MPI library, platform (as the heading shows it), timing.
+type Section<'a> = (&'a str, String, &'a str);
+
+/// The decisions of each MPI library, platform and timing (ping-pong samples are no decision:
+/// with no timing of their own they would make a section of unknown timing and no problems).
+fn sections<'a>(loaded: &'a Loaded, op: Option<&str>) -> BTreeMap<Section<'a>, Vec<Entry>> {
+    let mut sections: BTreeMap<Section, Vec<Entry>> = BTreeMap::new();
     for entry in &loaded.entries {
-        if op.is_some_and(|op| op != entry.op) {
+        if !entry.is_decision() || op.is_some_and(|op| op != entry.op) {
             continue;
         }
         let p = &entry.platform;
         let platform = format!("{} ({}, transport {})", p.host, p.cpu, p.transport);
         sections
-            .entry((entry.mpi.as_str(), platform))
+            .entry((entry.mpi.as_str(), platform, entry.timing_name()))
             .or_default()
             .push(entry.clone());
     }
     sections
 }
 
-/// The whole output: a heading line, then one section per MPI library and platform.
+/// The whole output: a heading line, then one section per MPI library, platform and timing.
 pub fn text(dir: &Path, loaded: &Loaded, later: Option<Later>, options: &Options) -> String {
     let mut out = format!(
         "history {}: {} entries in {} files\n",
@@ -67,12 +72,12 @@ pub fn text(dir: &Path, loaded: &Loaded, later: Option<Later>, options: &Options
     if sections.is_empty() {
         out.push_str("nothing to map\n");
     }
-    for ((mpi, platform), entries) in sections {
+    for ((mpi, platform, timing), entries) in sections {
         let measured = predict::merge(&entries);
         let trial = match later {
             None => Trial::LeaveOneOut,
             Some(_) => {
-                let key = (mpi, platform.clone());
+                let key = (mpi, platform.clone(), timing);
                 let problems = later_sections
                     .get(&key)
                     .map_or_else(Vec::new, |e| predict::merge(e));
@@ -89,9 +94,14 @@ pub fn text(dir: &Path, loaded: &Loaded, later: Option<Later>, options: &Options
         };
         // The version string's first part names the library and its version.
         let library = mpi.split(',').next().unwrap_or(mpi);
+        let unrecorded = if timing == UNKNOWN_TIMING {
+            " (format 1 did not record it)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "\n## {library} on {platform}: {} entries, {} problems",
+            "\n## {library} on {platform}, timing {timing}{unrecorded}: {} entries, {} problems",
             entries.len(),
             measured.len()
         );
@@ -104,7 +114,7 @@ pub fn text(dir: &Path, loaded: &Loaded, later: Option<Later>, options: &Options
 enum Trial {
     /// Each problem of the store predicted from the others.
     LeaveOneOut,
-    /// The problems of a later store (of the same library and platform), predicted from the
+    /// The problems of a later store (of the same library, platform and timing), predicted from the
     /// store's knowledge at each pmax.
     Later {
         problems: Vec<Measured>,
@@ -304,6 +314,80 @@ pub fn fractions(list: &str) -> Result<Vec<f64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::tests::{OMPI, entry};
+
+    #[test]
+    fn each_timing_gets_its_own_section() {
+        // The same problems timed two ways, with opposite winners, and one of unknown timing.
+        let mut entries = Vec::new();
+        for k in 3..=12 {
+            let bytes = 1u64 << k;
+            let local = entry(
+                OMPI,
+                "allreduce",
+                4,
+                bytes,
+                &[("ring", 1.0), ("linear", 2.0)],
+            );
+            let barrier = Entry {
+                timing: Some("barrier".into()),
+                ..entry(
+                    OMPI,
+                    "allreduce",
+                    4,
+                    bytes,
+                    &[("ring", 2.0), ("linear", 1.0)],
+                )
+            };
+            entries.extend([local, barrier]);
+        }
+        entries.push(Entry {
+            timing: None,
+            ..entry(OMPI, "allreduce", 4, 8, &[("ring", 1.0), ("bruck", 0.5)])
+        });
+        entries.push(Entry {
+            op: commtune_history::PING_PONG.into(),
+            timing: None,
+            ..entry(OMPI, "allreduce", 4, 8, &[("native", 1.0)])
+        });
+        let loaded = Loaded {
+            entries,
+            files: 1,
+            ..Loaded::default()
+        };
+        let options = Options {
+            op: None,
+            pmax: vec![0.1],
+            tolerance: 0.1,
+        };
+        let text = text(Path::new("/h"), &loaded, None, &options);
+        let headings: Vec<&str> = text.lines().filter(|l| l.starts_with("## ")).collect();
+        let platform = "node# (cpu, transport shared memory)";
+        assert_eq!(
+            headings,
+            [
+                format!("## {OMPI} on {platform}, timing barrier: 10 entries, 10 problems"),
+                format!("## {OMPI} on {platform}, timing local: 10 entries, 10 problems"),
+                format!(
+                    "## {OMPI} on {platform}, timing unknown (format 1 did not record it): \
+                     1 entries, 1 problems"
+                ),
+            ],
+            "{text}"
+        );
+        // Each section's map holds its own timing's winner only.
+        let sections: Vec<&str> = text.split("\n## ").skip(1).collect();
+        let winners = |section: &str| -> Vec<String> {
+            section
+                .lines()
+                .filter(|l| l.contains(" - "))
+                .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+                .collect()
+        };
+        assert_eq!(winners(sections[0]), ["linear"], "{text}");
+        assert_eq!(winners(sections[1]), ["ring"], "{text}");
+        assert_eq!(winners(sections[2]), ["bruck"], "{text}");
+    }
 
     #[test]
     fn windows_read_as_percent_or_fraction() {

@@ -136,7 +136,8 @@ pub struct Entry {
     pub estimates: Vec<Estimate>,
     /// How the estimates were timed, as COMMTUNE_TIMING names it (`local`, `barrier`,
     /// `period`): times of different timings measure different things and do not compare.
-    /// None in entries of version 1, which did not record it, and in ping-pong samples.
+    /// None in entries of version 1, which did not record it (see `UNKNOWN_TIMING`), and in
+    /// ping-pong samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
     /// The winner's realised production time per call in microseconds (the maximum over ranks
@@ -154,6 +155,12 @@ pub struct Entry {
     pub how: How,
 }
 
+/// The timing of a decision that did not record one (format version 1). Its writers timed as
+/// COMMTUNE_TIMING said (`local` by default then, any timing by choice) and recorded a search
+/// the self-check had reopened with `period` timing alike, so the entry could have been timed any
+/// way: it is compared with no entry of a known timing.
+pub const UNKNOWN_TIMING: &str = "unknown";
+
 /// The operation of a calibration's ping-pong entries (one-way time per size, as `native`):
 /// samples of the network, not a decision among codelets.
 pub const PING_PONG: &str = "p2p";
@@ -162,6 +169,11 @@ impl Entry {
     /// Whether the entry is a collective's decision among codelets (not a ping-pong sample).
     pub fn is_decision(&self) -> bool {
         self.op != PING_PONG
+    }
+
+    /// How a decision's estimates were timed: `timing`, else `UNKNOWN_TIMING`.
+    pub fn timing_name(&self) -> &str {
+        self.timing.as_deref().unwrap_or(UNKNOWN_TIMING)
     }
 
     /// The winner's estimate, if the search measured it.

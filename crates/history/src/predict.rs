@@ -327,9 +327,12 @@ fn key(entry: &Entry) -> (&str, u32, u64) {
     (entry.op.as_str(), entry.comm_size, entry.bytes)
 }
 
-/// Whether an entry was measured with the same MPI library (version string) and platform.
-pub fn compatible(entry: &Entry, mpi: &str, platform: &Platform) -> bool {
-    entry.mpi == mpi && entry.platform == *platform
+/// Whether an entry's times compare with those of a job of the MPI library `mpi` (version
+/// string) on `platform` that times its searches with `timing` (as COMMTUNE_TIMING names it):
+/// times measured another way differ by more than the codelets do (local timing charges a codelet
+/// for the skew its predecessor left). An entry of unknown timing compares with none.
+pub fn compatible(entry: &Entry, mpi: &str, platform: &Platform, timing: &str) -> bool {
+    entry.mpi == mpi && entry.platform == *platform && entry.timing.as_deref() == Some(timing)
 }
 
 /// A measured problem with its analysis.
@@ -820,7 +823,7 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
-    /// `entries`: already filtered to this job's MPI library and platform (see `compatible`).
+    /// `entries`: already filtered to this job's MPI library, platform and timing (see `compatible`).
     pub fn new(entries: &[Entry], pmax: f64) -> Knowledge {
         Knowledge::from_measured(merge(entries), pmax)
     }

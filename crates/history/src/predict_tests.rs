@@ -338,13 +338,21 @@ fn the_fit_sees_a_crossover_that_the_winners_around_it_outvote() {
 }
 
 #[test]
-fn compatible_needs_the_same_library_and_platform() {
-    let e = crossover(4, 64);
-    assert!(compatible(&e, "Open MPI v4.1.4", &e.platform));
-    assert!(!compatible(&e, "MPICH 4.0", &e.platform));
+fn compatible_needs_the_same_library_platform_and_timing() {
+    let mut e = crossover(4, 64);
+    let ompi = "Open MPI v4.1.4";
+    assert!(compatible(&e, ompi, &e.platform, "local"));
+    assert!(!compatible(&e, "MPICH 4.0", &e.platform, "local"));
     let mut elsewhere = e.platform.clone();
     elsewhere.transport = "OMPI_MCA_pml=ucx".to_string();
-    assert!(!compatible(&e, "Open MPI v4.1.4", &elsewhere));
+    assert!(!compatible(&e, ompi, &elsewhere, "local"));
+    assert!(!compatible(&e, ompi, &e.platform, "barrier"));
+    // A version-1 entry: its timing is not known, not assumed.
+    e.timing = None;
+    assert_eq!(e.timing_name(), crate::UNKNOWN_TIMING);
+    for timing in ["local", "barrier", "period", crate::UNKNOWN_TIMING] {
+        assert!(!compatible(&e, ompi, &e.platform, timing), "{timing}");
+    }
 }
 
 /// 10^5 synthetic entries: three operations, eleven communicator sizes, random sizes.

@@ -4,6 +4,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
+use commtune_history::UNKNOWN_TIMING;
+use commtune_tune::Timing;
+use commtune_tune::settings::Settings;
 
 use super::{mpich, openmpi};
 use crate::Failure;
@@ -27,6 +30,11 @@ pub struct ExportArgs {
     #[arg(long, value_name = "N", num_args = 1..)]
     comm_size: Vec<u32>,
 
+    /// Export only decisions whose searches were timed so (local, barrier, period; default: the
+    /// library's default COMMTUNE_TIMING): times measured otherwise do not compare
+    #[arg(long, value_name = "TIMING", value_parser = timing)]
+    timing: Option<Timing>,
+
     /// MPICH only: the libmpich.so whose built-in selection tree the file extends (default:
     /// the system's libmpich.so.12)
     #[arg(long, value_name = "LIB")]
@@ -41,6 +49,10 @@ const MPICH_LIBRARIES: [&str; 4] = [
     "/usr/lib/libmpich.so.12",
 ];
 
+fn timing(name: &str) -> Result<Timing, String> {
+    Timing::parse(name).ok_or_else(|| format!("{name:?}: one of local, barrier, period"))
+}
+
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let dir = crate::history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
     let loaded = crate::history::load(&dir);
@@ -53,7 +65,8 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             ),
         ));
     }
-    let selection = super::select(&loaded.entries, args.format, &args.comm_size);
+    let timing = args.timing.unwrap_or(Settings::default().timing);
+    let selection = super::select(&loaded.entries, args.format, timing, &args.comm_size);
     if selection.other_mpi > 0 {
         eprintln!(
             "commtune: export: skipped {} entries measured with another MPI library than {}",
@@ -67,17 +80,26 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         );
     }
     if selection.tables.is_empty() {
+        let mut hints = Vec::new();
+        if selection.other_timings.keys().any(|t| t != UNKNOWN_TIMING) {
+            hints.push("--timing chooses another");
+        }
+        if selection.other_timings.contains_key(UNKNOWN_TIMING) {
+            hints.push("entries of unknown timing (format 1) are never exported");
+        }
+        let hints: String = hints.iter().map(|h| format!("; {h}")).collect();
         return Err(Failure::new(
             1,
             format!(
-                "nothing to export: the history store {} has no {} entries{}",
+                "nothing to export: the history store {} has no {} entries{} {}{hints}",
                 dir.display(),
                 args.format,
                 if args.comm_size.is_empty() {
                     ""
                 } else {
                     " of those communicator sizes"
-                }
+                },
+                selection.timing_note()
             ),
         ));
     }
@@ -92,7 +114,8 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let source = dir.display().to_string();
     let (text, unmapped, usage) = match args.format {
         Flavour::OpenMpi => {
-            let (text, unmapped) = openmpi::rules(&selection.tables, &source, &shown);
+            let (text, unmapped) =
+                openmpi::rules(&selection.tables, &source, &selection.timing_note(), &shown);
             (
                 text,
                 unmapped,
@@ -119,9 +142,10 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("cannot write {}: {e}", output.display())))?;
     let ranges: usize = selection.tables.iter().map(|t| t.ranges.len()).sum();
     crate::emit(&format!(
-        "wrote {shown}: {ranges} size ranges of {} (operation, communicator size) pairs from {} entries of {source}\nuse: {usage}\n",
+        "wrote {shown}: {ranges} size ranges of {} (operation, communicator size) pairs from {} entries of {source}, {}\nuse: {usage}\n",
         selection.tables.len(),
-        loaded.entries.len() - selection.other_mpi - selection.filtered,
+        selection.exported,
+        selection.timing_note(),
     ))
 }
 

@@ -1,8 +1,9 @@
 //! `commtune export`: the history store's decisions as an MPI library's own selection rules
 //! (Open MPI's `coll_tuned` dynamic rules file, MPICH's collective selection JSON file), so that
 //! a job gets them without the preload library. This file owns what both formats share, with
-//! no MPI and no I/O: which entries count, the winner per measured size, and the size ranges;
-//! `openmpi` and `mpich` make the files' text (pure too), `command` reads and writes.
+//! no MPI and no I/O: which entries count (one MPI library, one timing: estimates timed
+//! otherwise do not compare), the winner per measured size, and the size ranges; `openmpi` and
+//! `mpich` make the files' text (pure too), `command` reads and writes.
 
 pub mod command;
 pub mod mpich;
@@ -12,6 +13,7 @@ use std::collections::BTreeMap;
 
 use commtune_history::Entry;
 use commtune_history::predict;
+use commtune_tune::Timing;
 
 use crate::flavour::Flavour;
 
@@ -36,15 +38,45 @@ pub struct Range {
     pub measured: Vec<u64>,
 }
 
-/// What the store held for one MPI library.
-#[derive(Debug, Default)]
+/// What the store held for one MPI library and timing.
+#[derive(Debug)]
 pub struct Selection {
     pub tables: Vec<Table>,
+    /// The timing of the entries exported.
+    pub timing: Timing,
+    /// The entries exported.
+    pub exported: usize,
     /// Entries of the other MPI library (or of none), left out.
     pub other_mpi: usize,
     /// Entries of this library left out by `--comm-size`, of an unknown communicator size, or
     /// of an operation not exported.
     pub filtered: usize,
+    /// Entries of this library that would have been exported but were timed otherwise, per
+    /// timing (`Entry::timing_name`).
+    pub other_timings: BTreeMap<String, usize>,
+}
+
+impl Selection {
+    /// Which timing the export took and what it left out for it, for the file's comment and
+    /// the command's output: `timed barrier; left out 3 entries of other timings (local 2,
+    /// unknown 1)`.
+    pub fn timing_note(&self) -> String {
+        let left_out: usize = self.other_timings.values().sum();
+        let timing = self.timing.name();
+        if left_out == 0 {
+            return format!("timed {timing}; no entries of other timings");
+        }
+        let counts: Vec<String> = self
+            .other_timings
+            .iter()
+            .map(|(timing, n)| format!("{timing} {n}"))
+            .collect();
+        format!(
+            "timed {timing}; left out {left_out} entr{} of other timings ({})",
+            if left_out == 1 { "y" } else { "ies" },
+            counts.join(", ")
+        )
+    }
 }
 
 /// Whether an entry's `mpi` string (the first line of MPI_Get_library_version, shortened:
@@ -56,10 +88,23 @@ pub fn measured_with(mpi: &str, flavour: Flavour) -> bool {
     }
 }
 
-/// The decisions of `flavour`'s entries, per (operation, communicator size) in that order;
-/// `comm_sizes` empty: every size.
-pub fn select(entries: &[Entry], flavour: Flavour, comm_sizes: &[u32]) -> Selection {
-    let mut selection = Selection::default();
+/// The decisions of `flavour`'s entries timed with `timing`, per (operation, communicator size)
+/// in that order; `comm_sizes` empty: every size. Entries of unknown timing (format version 1)
+/// are never taken: they may have been timed either way.
+pub fn select(
+    entries: &[Entry],
+    flavour: Flavour,
+    timing: Timing,
+    comm_sizes: &[u32],
+) -> Selection {
+    let mut selection = Selection {
+        tables: Vec::new(),
+        timing,
+        exported: 0,
+        other_mpi: 0,
+        filtered: 0,
+        other_timings: BTreeMap::new(),
+    };
     let mut groups: BTreeMap<(&str, u32), BTreeMap<u64, Vec<&Entry>>> = BTreeMap::new();
     for entry in entries {
         if !measured_with(&entry.mpi, flavour) {
@@ -70,7 +115,13 @@ pub fn select(entries: &[Entry], flavour: Flavour, comm_sizes: &[u32]) -> Select
             || !(comm_sizes.is_empty() || comm_sizes.contains(&entry.comm_size))
         {
             selection.filtered += 1;
+        } else if entry.timing.as_deref() != Some(timing.name()) {
+            *selection
+                .other_timings
+                .entry(entry.timing_name().to_string())
+                .or_default() += 1;
         } else {
+            selection.exported += 1;
             groups
                 .entry((entry.op.as_str(), entry.comm_size))
                 .or_default()
@@ -158,4 +209,4 @@ impl Unmapped {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

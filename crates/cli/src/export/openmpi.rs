@@ -82,9 +82,10 @@ const DEFER: &str = "1           # message sizes\n0 0 0 0     # Open MPI's own d
 /// the decisions it could not carry. Only the communicator sizes measured get rules: each is
 /// followed by a size that defers to Open MPI (unless it is measured too), and size 0 comes
 /// first, so that Open MPI's lookup (the largest size listed not above the communicator's)
-/// finds a measured size only for exactly that size. `source`: the store; `file`: where the
-/// rules go (for the usage line).
-pub fn rules(tables: &[Table], source: &str, file: &str) -> (String, Vec<Unmapped>) {
+/// finds a measured size only for exactly that size. `source`: the store; `timing`: which
+/// timing the decisions had and what was left out for it (`Selection::timing_note`); `file`:
+/// where the rules go (for the usage line).
+pub fn rules(tables: &[Table], source: &str, timing: &str, file: &str) -> (String, Vec<Unmapped>) {
     let mut unmapped = Vec::new();
     let mut body = String::new();
     let mut collectives = 0;
@@ -119,7 +120,7 @@ pub fn rules(tables: &[Table], source: &str, file: &str) -> (String, Vec<Unmappe
     }
     let text = format!(
         "# Open MPI coll_tuned dynamic rules written by `commtune export --format openmpi`\n\
-         # from the history store {source}.\n\
+         # from the history store {source}: its decisions {timing}.\n\
          # Use: mpirun {} ...\n\
          # Communicator sizes not measured keep Open MPI's own decisions.\n\
          # Rules: message size (bytes; allgatherv: per rank), algorithm, fan-in/out, segment size.\n\
@@ -197,7 +198,7 @@ mod tests {
                 ranges: vec![range(0, "native", 64), range(181, "ring", 512)],
             },
         ];
-        let (text, unmapped) = rules(&tables, "/h", "/r");
+        let (text, unmapped) = rules(&tables, "/h", "timed local", "/r");
         assert!(unmapped.is_empty());
         let numbers: Vec<&str> = text
             .lines()
@@ -222,7 +223,7 @@ mod tests {
             comm_size,
             ranges: vec![range(0, "bruck", 64)],
         };
-        let (text, _) = rules(&[table(2), table(4), table(5)], "/h", "/r");
+        let (text, _) = rules(&[table(2), table(4), table(5)], "/h", "timed local", "/r");
         let sizes: Vec<&str> = text
             .lines()
             .filter(|l| l.ends_with("# ranks"))
@@ -239,7 +240,7 @@ mod tests {
             comm_size: 2,
             ranges: vec![range(0, "pairwise_excl", 64)],
         }];
-        let (text, unmapped) = rules(&tables, "/h", "/r");
+        let (text, unmapped) = rules(&tables, "/h", "timed local", "/r");
         assert_eq!(unmapped.len(), 1);
         assert!(
             text.contains("0 0 0 0     # alltoall on 2 ranks from 0 bytes: pairwise_excl has no Open MPI counterpart; left to Open MPI's own choice"),

@@ -1,7 +1,15 @@
 use super::*;
 use commtune_history::{Estimate, How, Platform};
 
-fn entry(mpi: &str, op: &str, comm_size: u32, bytes: u64, estimates: &[(&str, f64)]) -> Entry {
+/// A search's entry timed `local`, its winner the fastest of `estimates` (also `commtune map`'s
+/// tests).
+pub(crate) fn entry(
+    mpi: &str,
+    op: &str,
+    comm_size: u32,
+    bytes: u64,
+    estimates: &[(&str, f64)],
+) -> Entry {
     let estimates: Vec<Estimate> = estimates
         .iter()
         .map(|(codelet, us)| Estimate {
@@ -38,7 +46,7 @@ fn entry(mpi: &str, op: &str, comm_size: u32, bytes: u64, estimates: &[(&str, f6
     }
 }
 
-const OMPI: &str = "Open MPI v4.1.4";
+pub(crate) const OMPI: &str = "Open MPI v4.1.4";
 const MPICH: &str = "MPICH Version: 4.0.2";
 
 #[test]
@@ -56,7 +64,7 @@ fn groups_by_operation_and_size_and_splits_at_geometric_midpoints() {
         entry(OMPI, "allreduce", 2, 8, &[("native", 3.0), ("linear", 1.0)]),
         entry(MPICH, "allreduce", 4, 8, &[("native", 3.0), ("ring", 1.0)]),
     ];
-    let selection = select(&entries, Flavour::OpenMpi, &[]);
+    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(selection.other_mpi, 1);
     assert_eq!(selection.filtered, 0);
     let shape: Vec<String> = selection
@@ -106,7 +114,7 @@ fn disagreeing_jobs_take_the_best_median_estimate() {
             &[("native", 10.0), ("bruck", 11.0), ("pairwise", 31.0)],
         ),
     ];
-    let selection = select(&entries, Flavour::OpenMpi, &[]);
+    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     // Medians: native 10, bruck 11, pairwise 30.
     assert_eq!(selection.tables[0].ranges[0].winner, "native");
 }
@@ -122,7 +130,7 @@ fn agreeing_jobs_keep_their_winner() {
     );
     // The search kept native: bruck did not beat it by enough.
     one.winner = "native".into();
-    let selection = select(&[one.clone(), one], Flavour::OpenMpi, &[]);
+    let selection = select(&[one.clone(), one], Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(selection.tables[0].ranges[0].winner, "native");
 }
 
@@ -134,9 +142,9 @@ fn comm_size_filter_and_flavours() {
         entry(MPICH, "halo", 4, 64, &[("native", 1.0)]),
         entry(MPICH, "allgatherv", 0, 64, &[("native", 1.0)]),
     ];
-    let selection = select(&entries, Flavour::Mpich, &[]);
+    let selection = select(&entries, Flavour::Mpich, Timing::Local, &[]);
     assert_eq!(selection.filtered, 2, "halo and size 0");
-    let selection = select(&entries, Flavour::Mpich, &[4]);
+    let selection = select(&entries, Flavour::Mpich, Timing::Local, &[4]);
     assert_eq!(selection.filtered, 3);
     assert_eq!(selection.tables.len(), 1);
     assert_eq!(selection.tables[0].comm_size, 4);
@@ -149,4 +157,81 @@ fn midpoints_stay_between_their_sizes() {
     assert_eq!(geometric_midpoint(1, 2), 2);
     assert_eq!(geometric_midpoint(8, 32), 16);
     assert_eq!(geometric_midpoint(100, 101), 101);
+}
+
+/// `entry` timed otherwise (None: a format-1 entry, of unknown timing).
+fn timed(timing: Option<&str>, entry: Entry) -> Entry {
+    Entry {
+        timing: timing.map(str::to_string),
+        ..entry
+    }
+}
+
+#[test]
+fn only_the_requested_timing_is_exported() {
+    let local = |bytes, times: &[(&str, f64)]| entry(OMPI, "allreduce", 4, bytes, times);
+    let entries = vec![
+        local(8, &[("native", 2.0), ("ring", 5.0)]),
+        local(1 << 20, &[("native", 9.0), ("ring", 5.0)]),
+        // Barrier timing measured a size local timing did not: no local rule may follow it.
+        timed(
+            Some("barrier"),
+            local(4096, &[("native", 9.0), ("recursive_doubling", 3.0)]),
+        ),
+        timed(None, local(64, &[("native", 9.0), ("bruck", 1.0)])),
+    ];
+    let shape = |selection: &Selection| -> Vec<String> {
+        selection.tables[0]
+            .ranges
+            .iter()
+            .map(|r| format!("{} {}", r.winner, r.measured.len()))
+            .collect()
+    };
+    let local_only = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    assert_eq!(shape(&local_only), ["native 1", "ring 1"]);
+    assert_eq!(local_only.exported, 2);
+    assert_eq!(
+        local_only.timing_note(),
+        "timed local; left out 2 entries of other timings (barrier 1, unknown 1)"
+    );
+    let barrier = select(&entries, Flavour::OpenMpi, Timing::Barrier, &[]);
+    assert_eq!(shape(&barrier), ["recursive_doubling 1"]);
+    assert_eq!(
+        barrier.timing_note(),
+        "timed barrier; left out 3 entries of other timings (local 2, unknown 1)"
+    );
+    let period = select(&entries, Flavour::OpenMpi, Timing::Period, &[]);
+    assert!(period.tables.is_empty());
+    assert_eq!(period.other_timings.values().sum::<usize>(), 4);
+}
+
+#[test]
+fn another_timing_does_not_change_the_choice() {
+    // Two local jobs chose bruck at 512 B; a barrier job (what local timing misses: the skew
+    // a switch leaves) measured it far slower. Pooled, the medians would make pairwise win.
+    let bruck = |timing, times: &[(&str, f64)]| {
+        let mut e = timed(timing, entry(OMPI, "alltoall", 4, 512, times));
+        e.winner = "bruck".into();
+        e
+    };
+    let local = Some("local");
+    let mut entries = vec![
+        bruck(local, &[("bruck", 9.0), ("pairwise", 10.0)]),
+        bruck(local, &[("bruck", 9.5), ("pairwise", 9.8)]),
+    ];
+    let alone = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    assert_eq!(alone.tables[0].ranges[0].winner, "bruck");
+    let mut barrier = bruck(Some("barrier"), &[("bruck", 40.0), ("pairwise", 9.0)]);
+    barrier.winner = "pairwise".into();
+    entries.push(barrier.clone());
+    entries.push(barrier);
+    let pooled: Vec<Entry> = entries.iter().map(|e| timed(local, e.clone())).collect();
+    assert_eq!(
+        select(&pooled, Flavour::OpenMpi, Timing::Local, &[]).tables[0].ranges[0].winner,
+        "pairwise",
+        "the other timing's entries, counted as local, would change the choice"
+    );
+    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    assert_eq!(selection.tables, alone.tables);
+    assert_eq!(selection.other_timings.get("barrier"), Some(&2));
 }
