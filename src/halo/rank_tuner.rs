@@ -15,8 +15,11 @@
 //!
 //! The self-check (`commtune_tune::check`) is the collectives' too, on this rank's times: a
 //! window of the winner's production instances after the decision, timed as the search timed,
-//! against its estimate; a clearly wrong decision searches again once with the other timing, a
-//! second one falls back to native.
+//! against its estimate; a winner that missed puts the runner-up on trial for a window of its
+//! own, and only a runner-up that does clearly better makes the decision wrong (on a network an
+//! episode in production waits for peers that search samples did not wait for, whatever the
+//! codelet); a wrong decision searches again once with the other timing, a second one falls back
+//! to native.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -33,7 +36,7 @@ use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
-use commtune_tune::check::{self, Prediction, Verdict};
+use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
@@ -61,8 +64,9 @@ struct EpisodeTuner {
     /// COMMTUNE_TIMING), and how many it found wrong.
     timing: Option<Timing>,
     wrong: u32,
-    /// The latest self-check: the prediction, the realised ticks per instance, the verdict.
-    checked: Option<(Prediction, f64, Verdict)>,
+    /// The latest self-check: the prediction, the winner's realised ticks per instance, the
+    /// runner-up's in its trial if it had one, the verdict.
+    checked: Option<(Prediction, f64, Option<f64>, Verdict)>,
     /// How tuning ended when the report's phase does not say it.
     reason: Option<&'static str>,
     /// The previous completion's clock ticks and codelet (period timing).
@@ -104,7 +108,9 @@ struct Production {
     winner: usize,
     /// What the search predicted (None once checked, or for a fallback that is not checked).
     predicted: Option<Prediction>,
-    /// Production instances so far.
+    /// The runner-up on trial after the winner missed, and the winner's realised time.
+    trial: Option<(usize, f64)>,
+    /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
     /// The self-check's window: where its first instance started (period: the completion before
     /// it) and each instance's duration.
@@ -184,7 +190,7 @@ pub fn choose(class: &Class) -> usize {
     }
     let t = lock(&class.tuner);
     match (&t.production, &t.search) {
-        (Some(p), _) => p.winner,
+        (Some(p), _) => p.running(),
         (None, Some(s)) => s.next.0,
         (None, None) => NATIVE,
     }
@@ -217,6 +223,12 @@ pub fn completed(
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
             self_check(t, predicted, realised);
+        } else if p.trial_unmeasured() {
+            // The runner-up gave no window (it posted natively): no evidence against the winner.
+            let (predicted, winner_realised) = (p.predicted.take(), p.trial.take());
+            if let (Some(predicted), Some((_, realised))) = (predicted, winner_realised) {
+                t.checked = Some((predicted, realised, None, Verdict::Kept));
+            }
         }
         return Measured::Sample;
     }
@@ -319,13 +331,31 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
     });
 }
 
-/// Judges the decision of `t` from its `realised` time per instance: a wrong one searches again
-/// with the other timing, or falls back to native.
+/// Judges the decision of `t` from the `realised` time per instance of the codelet running in
+/// production: the winner's, after which a miss puts the runner-up on trial, or the runner-up's
+/// at the end of its trial. A wrong decision searches again with the other timing, or falls back
+/// to native.
 fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let settings = runtime::config().tuning;
-    let verdict = predicted.judge(realised, settings.min_gain, t.wrong);
-    t.checked = Some((predicted, realised, verdict));
-    let Some((mark, timing)) = verdict.wrong(t.instances, realised, predicted.winner) else {
+    let Some(p) = &mut t.production else {
+        return;
+    };
+    let (winner_realised, runner_up_realised, verdict) = match p.trial.take() {
+        Some((_, winner_realised)) => {
+            let verdict =
+                predicted.judge_trial(winner_realised, realised, settings.min_gain, t.wrong);
+            (winner_realised, Some(realised), verdict)
+        }
+        None => match predicted.assess(realised, settings.min_gain, t.wrong) {
+            Judgement::Trial(runner_up) => {
+                p.start_trial(runner_up, predicted, realised);
+                return;
+            }
+            Judgement::Verdict(verdict) => (realised, None, verdict),
+        },
+    };
+    t.checked = Some((predicted, winner_realised, runner_up_realised, verdict));
+    let Some((mark, timing)) = verdict.wrong(t.instances, winner_realised, predicted.winner) else {
         return;
     };
     t.wrong += 1;
@@ -348,17 +378,36 @@ impl Production {
         Production {
             winner,
             predicted,
+            trial: None,
             instances: 0,
             window_start: None,
             window: Vec::new(),
         }
     }
 
+    /// The codelet production runs: the winner, or the runner-up during its trial.
+    fn running(&self) -> usize {
+        self.trial.map_or(self.winner, |(runner_up, _)| runner_up)
+    }
+
+    /// The winner realised `realised` and missed `predicted`: the runner-up runs the next window.
+    fn start_trial(&mut self, runner_up: usize, predicted: Prediction, realised: f64) {
+        self.trial = Some((runner_up, realised));
+        self.predicted = Some(predicted);
+        self.instances = 0;
+    }
+
+    /// Whether a trial has run for four windows without one of the runner-up's in a row.
+    fn trial_unmeasured(&self) -> bool {
+        self.trial.is_some()
+            && self.instances > 4 * check::window(runtime::config().tuning.drift_interval) + 1
+    }
+
     /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
-    /// completion before it). Returns the prediction and the realised time once the self-check's
-    /// window is complete: the winner's instances 2 to 17 after the switch (the first pays for
-    /// the search's last), timed as the search timed; an instance that ran another codelet
-    /// restarts the window.
+    /// completion before it). Returns the prediction and the realised time of the codelet
+    /// running once the self-check's window is complete: its instances 2 to 17 after the switch
+    /// (the first pays for the codelet before), timed as the search timed; an instance that ran
+    /// another codelet restarts the window.
     fn observe(
         &mut self,
         ran: usize,
@@ -371,7 +420,7 @@ impl Production {
         if self.instances < 2 {
             return None;
         }
-        let start = (ran == self.winner)
+        let start = (ran == self.running())
             .then(|| instance_start(predicted.timing, previous, ran, ticks, now))
             .flatten();
         let Some(start) = start else {
@@ -388,6 +437,7 @@ impl Production {
         let realised = check::realised(predicted.timing, self.window_start, &self.window, now);
         self.predicted = None;
         self.window = Vec::new();
+        self.window_start = None;
         Some((predicted, realised))
     }
 }
@@ -504,8 +554,10 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         timeline: Some(&t.timeline),
     }
     .data(&names, ns_per_tick);
-    data.check = t.checked.map(|(predicted, realised, verdict)| {
-        predicted.report(realised, verdict, &names, ns_per_tick)
+    data.check = t.checked.map(|(predicted, realised, runner_up, verdict)| {
+        let mut check = predicted.report(realised, verdict, &names, ns_per_tick);
+        check.runner_up_realised_us = runner_up.map(|r| r * ns_per_tick * 1e-3);
+        check
     });
     data
 }

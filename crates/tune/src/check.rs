@@ -64,7 +64,7 @@ pub fn prediction_holds(predicted_us: f64, measured_us: f64, pmax: f64) -> bool 
     measured_us <= predicted_us * (1.0 + pmax) + PREDICTION_FLOOR_US
 }
 
-/// What a collective's self-check makes of a decision (`Prediction::assess`).
+/// What the self-check makes of a decision (`Prediction::assess`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Judgement {
     /// The winner missed: the runner-up (registry index) runs a window of production calls,
@@ -122,7 +122,7 @@ pub fn realised(timing: Timing, start: Option<u64>, durations: &[u64], now: u64)
 impl Prediction {
     /// Whether the winner's `realised` time (agreed like the estimates) missed the prediction
     /// clearly: by more than `MARGIN`, and beyond the runner-up's estimate too.
-    pub fn missed(&self, realised: f64, min_gain: f64) -> bool {
+    fn missed(&self, realised: f64, min_gain: f64) -> bool {
         realised > self.winner * (1.0 + MARGIN)
             && self
                 .runner_up
@@ -131,7 +131,7 @@ impl Prediction {
 
     /// Judges the decision from its `realised` time, when `wrong` earlier decisions of the key
     /// were found wrong.
-    pub fn judge(&self, realised: f64, min_gain: f64, wrong: u32) -> Verdict {
+    fn judge(&self, realised: f64, min_gain: f64, wrong: u32) -> Verdict {
         if self.missed(realised, min_gain) {
             self.wrong_verdict(wrong)
         } else {
@@ -139,9 +139,8 @@ impl Prediction {
         }
     }
 
-    /// The collectives' self-check of a decision whose winner realised `realised`: a winner that
-    /// missed with a runner-up puts it on trial, otherwise `judge` gives the verdict. (Halo
-    /// classes, tuned by each rank alone, are judged without a trial.)
+    /// The self-check of a decision whose winner realised `realised`: a winner that missed with
+    /// a runner-up puts it on trial, otherwise `judge` gives the verdict.
     pub fn assess(&self, realised: f64, min_gain: f64, wrong: u32) -> Judgement {
         match self.runner_up {
             Some((runner_up, _)) if self.missed(realised, min_gain) => Judgement::Trial(runner_up),

@@ -17,7 +17,7 @@
 //!
 //! **The replay** (`replay`) runs N calls of the key: native until the first checkpoint after
 //! COMMTUNE_WARMUP calls, then the search, driven by the library's own `Sampler`, `Plan` and
-//! `Prediction::judge` with one sampler per rank and the estimates reduced to their maximum over
+//! `Prediction::assess` with one sampler per rank and the estimates reduced to their maximum over
 //! ranks (`tuner::consensus`), then the winner, with the self-check 18 calls after the decision
 //! (a winner that missed its prediction puts the runner-up on trial for 18 calls; a wrong
 //! decision reopens the search once with the other timing, then falls back to native). Each
