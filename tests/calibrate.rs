@@ -1,8 +1,9 @@
 //! `commtune calibrate` with real Open MPI and MPICH jobs on 2 ranks: it writes `calibrate`
 //! entries for every operation and size asked for, with every codelet's estimate, and ping-pong
 //! entries; a rerun (after the time budget stopped it, or after Ctrl-C) does only what was
-//! missing; an injected delay keeps a codelet from winning anywhere; a later tuned run predicts
-//! from the calibration; bad input is a clear error.
+//! missing; a rerun with another COMMTUNE_TIMING measures again; an injected delay keeps a
+//! codelet from winning anywhere; a later tuned run predicts from the calibration; bad input is
+//! a clear error.
 
 mod common;
 
@@ -16,6 +17,7 @@ use common::{
     run, run_with_timeout, scratch, sites,
 };
 use commtune_history::{Entry, How};
+use commtune_tune::settings::Settings;
 
 /// The launcher words after `--` for 2 ranks.
 fn launcher(flavour: Flavour) -> Vec<&'static str> {
@@ -44,6 +46,7 @@ fn calibrate(flavour: Flavour, args: &[&str], store: &Path) -> Command {
         // Open MPI 4.1.4's AVX op component gets 8-bit sums wrong on this host.
         .env("OMPI_MCA_op", "^avx")
         .env_remove("COMMTUNE_HISTORY")
+        .env_remove("COMMTUNE_TIMING")
         // cargo's, for the library's build: not a knob of the ranks.
         .env_remove("COMMTUNE_BUILD_FLAVOUR");
     command
@@ -77,7 +80,9 @@ fn sizes(entries: &[Entry], op: &str) -> Vec<u64> {
         .collect()
 }
 
-/// No staging directory is left in the store, and no (operation, size) has two entries.
+/// No staging directory is left in the store, and no (operation, size) has two entries of the
+/// calibration's timing (the library's default). A search the self-check reopened with another
+/// timing wrote an entry of that timing, and its size is measured again.
 fn tidy(store: &Path, entries: &[Entry]) {
     let hidden: Vec<_> = std::fs::read_dir(store)
         .unwrap()
@@ -86,10 +91,69 @@ fn tidy(store: &Path, entries: &[Entry]) {
         .map(|f| f.file_name())
         .collect();
     assert!(hidden.is_empty(), "left in the store: {hidden:?}");
+    let timing = Settings::default().timing.name();
     let mut seen = BTreeSet::new();
     for e in entries {
-        assert!(seen.insert((&e.op, e.bytes)), "{} {} twice", e.op, e.bytes);
+        if e.timing.as_deref().is_none_or(|t| t == timing) {
+            assert!(seen.insert((&e.op, e.bytes)), "{} {} twice", e.op, e.bytes);
+        }
     }
+}
+
+/// The sizes of `op` with an entry timed `timing`.
+fn timed(entries: &[Entry], op: &str, timing: &str) -> BTreeSet<u64> {
+    entries
+        .iter()
+        .filter(|e| e.op == op && e.timing.as_deref() == Some(timing))
+        .map(|e| e.bytes)
+        .collect()
+}
+
+/// Entries timed otherwise are not what a calibration of this timing has done: a tuned run of
+/// this timing would not use them. So a rerun with another COMMTUNE_TIMING measures every size
+/// again, and its table shows its own timing's decisions.
+#[test]
+fn another_timing_is_measured_again() {
+    let dir = scratch("calibrate_timing");
+    let store = dir.join("store");
+    let args = ["--ops", "allreduce", "--sizes", "64..512", "--points", "2"];
+    let default = Settings::default().timing.name();
+    let other = if default == "local" {
+        "barrier"
+    } else {
+        "local"
+    };
+    let out = output(calibrate(OpenMpi, &args, &store));
+    assert!(out.status.success(), "{}", text(&out));
+    let first = entries(&store);
+    assert_eq!(
+        timed(&first, "allreduce", default),
+        [64, 512].into(),
+        "{first:#?}"
+    );
+
+    let mut again = calibrate(OpenMpi, &args, &store);
+    again.env("COMMTUNE_TIMING", other);
+    let out = output(again);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("calibrated 0 new points"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains(&format!("), timing {other}\n")),
+        "{}",
+        text(&out)
+    );
+    let all = entries(&store);
+    assert_eq!(
+        timed(&all, "allreduce", other),
+        [64, 512].into(),
+        "{all:#?}"
+    );
+    assert!(first.iter().all(|e| all.contains(e)));
 }
 
 fn writes_every_operation_and_size_and_resumes(flavour: Flavour) {
@@ -412,6 +476,16 @@ fn bad_input_is_a_clear_error() {
     assert!(
         String::from_utf8_lossy(&no_launcher.stderr)
             .contains("calibrate needs the launcher after `--`")
+    );
+    let mut bad_timing = calibrate(OpenMpi, &[], &dir.join("store"));
+    bad_timing.env("COMMTUNE_TIMING", "wall");
+    let out = bad_timing.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("COMMTUNE_TIMING=\"wall\" is not valid (accepted: local, barrier, period)"),
+        "{}",
+        text(&out)
     );
     let not_a_launcher = Command::new(cli())
         .args(["calibrate", "--", "true"])

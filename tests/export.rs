@@ -139,21 +139,29 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
 }
 
 /// A store with `cases`' decisions, a small alltoall whose winner has no counterpart anywhere,
-/// a small native allreduce, one entry of another MPI library, and one of the first case timed
-/// otherwise, which native won (pooled with the case's, native would: median 55 µs against 275).
+/// a small native allreduce, one entry of another MPI library, and two of the first case which
+/// native won, one timed otherwise, one measured on another platform (pooled with the case's,
+/// native would win: median 55 µs against 275).
 fn store(dir: &Path, mpi: &str, cases: &[Case]) -> PathBuf {
     let store = dir.join("store");
     let mut entries: Vec<Entry> = cases
         .iter()
         .map(|c| entry(mpi, c.op, c.bytes, c.winner))
         .collect();
+    let mut native = entries[0].clone();
+    native.estimates[0].us = 10.0;
+    native.estimates[1].us = 500.0;
+    native.winner = "native".into();
     assert_ne!(OTHER_TIMING, Settings::default().timing.name());
-    let mut other_timing = entries[0].clone();
-    other_timing.timing = Some(OTHER_TIMING.into());
-    other_timing.estimates[0].us = 10.0;
-    other_timing.estimates[1].us = 500.0;
-    other_timing.winner = "native".into();
-    entries.push(other_timing);
+    let other_timing = Entry {
+        timing: Some(OTHER_TIMING.into()),
+        ..native.clone()
+    };
+    let other_platform = Entry {
+        platform: rig(),
+        ..native
+    };
+    entries.extend([other_timing, other_platform]);
     entries.push(entry(mpi, "alltoall", 64, "pairwise_excl"));
     entries.push(entry(mpi, "allreduce", 8, "native"));
     entries.push(entry("Another MPI 1.0", "allreduce", 512, "ring"));
@@ -163,6 +171,18 @@ fn store(dir: &Path, mpi: &str, cases: &[Case]) -> PathBuf {
 
 /// Not the library's default timing.
 const OTHER_TIMING: &str = "period";
+
+/// The platform of `entry`'s decisions, as `commtune map` and export name it.
+const PLATFORM: &str = "node# (unknown, transport shared memory)";
+
+/// Another platform than `entry`'s.
+fn rig() -> Platform {
+    Platform {
+        host: "rig#".into(),
+        cpu: "unknown".into(),
+        transport: "OMPI_MCA_btl=tcp,self".into(),
+    }
+}
 
 fn export(format: &str, store: &Path, output: &Path) -> Output {
     export_with(format, store, output, &[])
@@ -264,7 +284,7 @@ fn exported_rules_change_the_choice(flavour: Flavour) {
         OpenMpi => "rules.txt",
         Mpich => "selection.json",
     });
-    let out = export(name, &store, &file);
+    let out = export_with(name, &store, &file, &["--platform", "node#"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
@@ -283,17 +303,22 @@ fn exported_rules_change_the_choice(flavour: Flavour) {
         stderr.contains("skipped 1 entries measured with another MPI library"),
         "{stderr}"
     );
-    let timing = format!(
-        "timed {}; left out 1 entry of other timings ({OTHER_TIMING} 1)",
-        Settings::default().timing.name()
+    let note = format!(
+        "{mpi} on {PLATFORM}, timed {}; left out 1 entry of other timings ({OTHER_TIMING} 1); \
+         left out 1 entry of other MPI versions or platforms ({mpi} on {} 1)",
+        Settings::default().timing.name(),
+        rig()
     );
-    assert!(stdout.contains(&timing), "{stdout}");
+    assert!(stdout.contains(&note), "{stdout}");
     let text = std::fs::read_to_string(&file).expect("the exported file");
     let shown = file.display().to_string();
     let using: Vec<(&str, &str)> = match flavour {
         OpenMpi => {
             assert!(text.contains(&format!("# {unmapped}")), "{text}");
-            assert!(text.contains(&format!("its decisions {timing}.")), "{text}");
+            assert!(
+                text.contains(&format!("its decisions of {note}.")),
+                "{text}"
+            );
             assert!(
                 stdout.contains(&format!(
                     "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename {shown}"
@@ -405,7 +430,8 @@ fn bad_input_is_a_clear_error() {
     );
     assert!(
         stdout.contains(&format!(
-            "from 1 entries of {}, timed {OTHER_TIMING}; no entries of other timings",
+            "from 1 entries of {}: Open MPI v4.1.4 on {PLATFORM}, timed {OTHER_TIMING}; no \
+             entries of other timings",
             timed.display()
         )),
         "{stdout}"
@@ -413,4 +439,46 @@ fn bad_input_is_a_clear_error() {
     let out = export_with("openmpi", &timed, &output, &["--timing", "wall"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--timing"));
+
+    // Decisions of two platforms: a rules file is for one, and export will not guess which.
+    let platforms = dir.join("platforms");
+    let shm = entry("Open MPI v4.1.4", "allreduce", 8, "native");
+    let on_rig = Entry {
+        platform: rig(),
+        ..shm.clone()
+    };
+    commtune_history::write(&platforms, "job.jsonl", &[shm, on_rig.clone(), on_rig]).unwrap();
+    let _ = std::fs::remove_file(&output);
+    let out = export("openmpi", &platforms, &output);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for listed in [
+        format!("\n  Open MPI v4.1.4 on {PLATFORM}: 1 entry"),
+        format!("\n  Open MPI v4.1.4 on {}: 2 entries", rig()),
+    ] {
+        assert!(stderr.contains(&listed), "{stderr}");
+    }
+    assert!(stderr.contains("choose it with --platform"), "{stderr}");
+    assert!(!output.exists(), "no file for an unchosen platform");
+    let out = export_with("openmpi", &platforms, &output, &["--platform", "rig"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "from 2 entries of {}: Open MPI v4.1.4 on {}, timed",
+            platforms.display(),
+            rig()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "left out 1 entry of other MPI versions or platforms (Open MPI v4.1.4 on {PLATFORM} 1)"
+        )),
+        "{stdout}"
+    );
 }

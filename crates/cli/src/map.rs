@@ -39,10 +39,12 @@ fn sections<'a>(loaded: &'a Loaded, op: Option<&str>) -> BTreeMap<Section<'a>, V
         if !entry.is_decision() || op.is_some_and(|op| op != entry.op) {
             continue;
         }
-        let p = &entry.platform;
-        let platform = format!("{} ({}, transport {})", p.host, p.cpu, p.transport);
         sections
-            .entry((entry.mpi.as_str(), platform, entry.timing_name()))
+            .entry((
+                entry.mpi.as_str(),
+                entry.platform.to_string(),
+                entry.timing_name(),
+            ))
             .or_default()
             .push(entry.clone());
     }

@@ -20,6 +20,7 @@
 //! header or a foreign version is skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
 //! alone, and all of it together makes one warning line (`Loaded::warning`).
 
+use std::fmt;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -77,6 +78,18 @@ pub struct Platform {
     /// The network transport the MPI library was told to use, as far as the environment says
     /// (e.g. `OMPI_MCA_pml=ucx`), or `unknown`.
     pub transport: String,
+}
+
+/// As `commtune map`'s headings and `commtune export` name a platform:
+/// `node# (AMD EPYC 7763, transport shared memory)`.
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}, transport {})",
+            self.host, self.cpu, self.transport
+        )
+    }
 }
 
 /// One codelet's agreed estimate (the same on every rank): typical time per call and its

@@ -9,7 +9,8 @@
 //! platform fingerprint and MPI version a later tuned run computes alike. Each launcher run
 //! writes into a staging directory inside the store and its file is renamed into the store when
 //! the run ends, so what finished is kept whatever happens later, and a rerun skips what the
-//! store already has for this platform: that is how a calibration resumes.
+//! store already has for this platform and timing (`plan::comparable`): that is how a
+//! calibration resumes.
 //!
 //! The first run (the probe) runs the ping-pong and the first point: its entry gives this
 //! platform's fingerprint (what "already calibrated here" compares), its ping-pong the shape
@@ -24,8 +25,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::{self as history, Entry, Estimate, How};
+use commtune_tune::Timing;
 use commtune_tune::classes::class_name;
-use commtune_tune::settings::SAMPLES;
+use commtune_tune::settings::{SAMPLES, Settings};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Failure;
@@ -40,11 +42,11 @@ launcher given after `--`, with the library preloaded searching every codelet of
 operation (COMMTUNE_SEARCH=brute) at --points log-spaced sizes of --sizes, then at the \
 geometric midpoints where the winner changes by more than 5 % (down to sizes 1.25x apart). It also times a \
 ping-pong between rank 0 and the last rank. Every result goes to the history store as an entry \
-with \"how\":\"calibrate\", which later tuned runs on the same platform can use. A rerun skips \
-what the store already has for this platform and MPI: after Ctrl-C or --time-budget, run the \
-same command again to continue. Prints the decision per operation at the end. Sizes are bytes \
-per call as the history counts them: an allreduce's vector, an alltoall's or allgatherv's \
-total received.";
+with \"how\":\"calibrate\", which later tuned runs on the same platform and with the same \
+COMMTUNE_TIMING can use. A rerun skips what the store already has for this platform, MPI and \
+COMMTUNE_TIMING: after Ctrl-C or --time-budget, run the same command again to continue. Prints \
+the decision per operation at the end. Sizes are bytes per call as the history counts them: an \
+allreduce's vector, an alltoall's or allgatherv's total received.";
 
 pub const EXAMPLES: &str = "Examples:
   commtune calibrate -- mpirun -np 4
@@ -123,6 +125,22 @@ fn samples(value: Option<OsString>) -> Result<u32, String> {
     })
 }
 
+/// How the library times the searches: COMMTUNE_TIMING if the user set it, else the library's
+/// default. Calibrate passes it to the library, and counts only entries so timed as done (a
+/// tuned run predicts only from entries of its own timing). A value the library would not
+/// accept is an error, as for `samples`.
+fn timing(value: Option<OsString>) -> Result<Timing, String> {
+    let Some(value) = value else {
+        return Ok(Settings::default().timing);
+    };
+    value
+        .to_str()
+        .and_then(|v| Timing::parse(v.trim()))
+        .ok_or_else(|| {
+            format!("COMMTUNE_TIMING={value:?} is not valid (accepted: local, barrier, period)")
+        })
+}
+
 /// Launcher runs a size gets before calibrate gives up on it.
 const TRIES: u32 = 2;
 
@@ -137,6 +155,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         return Err(usage("--points must be at least 1"));
     }
     let samples = samples(std::env::var_os("COMMTUNE_SAMPLES")).map_err(usage)?;
+    let timing = timing(std::env::var_os("COMMTUNE_TIMING")).map_err(usage)?;
     if args.command.is_empty() {
         return Err(usage(
             "calibrate needs the launcher after `--`, e.g. `commtune calibrate -- mpirun -np 4`",
@@ -169,6 +188,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         library: &library,
         program: &program,
         samples,
+        timing,
     };
     let mut calibration = Calibration::probe(&job, &store, &ops, range)?;
     let stop = calibration.sweep(
@@ -238,6 +258,8 @@ struct Calibration {
     store: PathBuf,
     /// An entry measured by this calibration: its MPI, platform, ranks define "here".
     here: Entry,
+    /// The timing of the searches: only decisions so timed count.
+    timing: Timing,
     cost: plan::Cost,
     /// (operation, bytes) the store has for here, and the runs that decided nothing for one.
     done: BTreeSet<(String, u64)>,
@@ -306,8 +328,12 @@ impl Calibration {
         if let Some(warning) = loaded.warning(store) {
             bar.suspend(|| eprintln!("{warning}"));
         }
-        let mine = plan::same_platform(&loaded.entries, &here);
-        let done: BTreeSet<(String, u64)> = mine.iter().map(|e| (e.op.clone(), e.bytes)).collect();
+        let mine = plan::comparable(&loaded.entries, &here, job.timing);
+        let done = plan::points(&mine);
+        let first_point = ("allreduce".to_string(), first);
+        // Not when the self-check reopened its search with the other timing.
+        let decided = plan::points(&plan::comparable(&staged.entries, &here, job.timing))
+            .contains(&first_point);
         let mut calibration = Calibration {
             store: store.to_path_buf(),
             cost: plan::Cost::new(
@@ -315,6 +341,7 @@ impl Calibration {
                 (started.elapsed().as_secs_f64() - point_seconds).max(0.1),
             ),
             here,
+            timing: job.timing,
             done,
             undecided: BTreeMap::new(),
             measured: 0,
@@ -323,11 +350,12 @@ impl Calibration {
             bar,
         };
         calibration.cost.learn(first, point_seconds);
-        let new = !calibration.done.contains(&("allreduce".to_string(), first));
-        if ops.contains(&"allreduce") && new {
+        if ops.contains(&"allreduce") && !calibration.done.contains(&first_point) {
             staged.keep(store).map_err(|m| Failure::new(1, m))?;
-            calibration.done.insert(("allreduce".to_string(), first));
-            calibration.measured += 1;
+            if decided {
+                calibration.done.insert(first_point);
+                calibration.measured += 1;
+            }
         }
         if !mine.iter().any(|e| e.op == history::PING_PONG) {
             calibration
@@ -485,10 +513,7 @@ impl Calibration {
         for (bytes, seconds) in finished {
             self.cost.learn(bytes, seconds);
         }
-        let decided: BTreeSet<(String, u64)> = plan::same_platform(&staged.entries, &self.here)
-            .iter()
-            .map(|e| (e.op.clone(), e.bytes))
-            .collect();
+        let decided = plan::points(&plan::comparable(&staged.entries, &self.here, self.timing));
         for (op, bytes) in points {
             let point = (op.to_string(), *bytes);
             if decided.contains(&point) {
@@ -524,7 +549,7 @@ impl Calibration {
         (low, high): (u64, u64),
     ) -> Vec<(&'static str, u64)> {
         let loaded = history::load(&self.store);
-        let mine = plan::same_platform(&loaded.entries, &self.here);
+        let mine = plan::comparable(&loaded.entries, &self.here, self.timing);
         ops.iter()
             .flat_map(|op| {
                 let entries: BTreeMap<u64, &Entry> = plan::latest(&mine, op)
@@ -542,9 +567,9 @@ impl Calibration {
     /// point-to-point latency and bandwidth.
     fn summary(&self, ops: &[&'static str], (low, high): (u64, u64)) -> String {
         let loaded = history::load(&self.store);
-        let mine = plan::same_platform(&loaded.entries, &self.here);
+        let mine = plan::comparable(&loaded.entries, &self.here, self.timing);
         let mut out = format!(
-            "calibrated {} new points in {} launcher runs, {:.0} s; store {}\n{} ranks ({} per node), {}, {} ({}, {})\n",
+            "calibrated {} new points in {} launcher runs, {:.0} s; store {}\n{} ranks ({} per node), {}, {} ({}, {}), timing {}\n",
             self.measured,
             self.runs,
             self.started.elapsed().as_secs_f64(),
@@ -557,6 +582,7 @@ impl Calibration {
             self.here.platform.host,
             self.here.platform.cpu,
             self.here.platform.transport,
+            self.timing.name(),
         );
         for op in ops {
             let entries: BTreeMap<u64, &Entry> = plan::latest(&mine, op)
@@ -585,7 +611,9 @@ impl Calibration {
             .collect();
         if !given_up.is_empty() {
             out.push_str(&format!(
-                "no decision (the search did not settle in {TRIES} launcher runs): {}\n",
+                "no decision timed {} (the search did not settle, or the self-check reopened it \
+                 with another timing, in {TRIES} launcher runs): {}\n",
+                self.timing.name(),
                 given_up.join(", ")
             ));
         }
@@ -631,4 +659,21 @@ fn launch(
     }
     staged.entries = loaded.entries;
     Ok(staged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_is_the_users_or_the_librarys_default() {
+        assert_eq!(timing(None), Ok(Settings::default().timing));
+        assert_eq!(timing(Some("local".into())), Ok(Timing::Local));
+        assert_eq!(timing(Some(" period ".into())), Ok(Timing::Period));
+        let error = timing(Some("wall".into())).unwrap_err();
+        assert!(
+            error.starts_with("COMMTUNE_TIMING=\"wall\" is not valid"),
+            "{error}"
+        );
+    }
 }

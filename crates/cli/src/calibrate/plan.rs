@@ -2,9 +2,10 @@
 //! for, the sizes each launcher run samples (log-spaced, then refined where the winner changes),
 //! the cost model behind the ETA and the time budget, and the decision table printed at the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use commtune_history::Entry;
+use commtune_tune::Timing;
 use commtune_tune::classes::class_name;
 
 pub use commtune_history::OPERATIONS as OPS;
@@ -200,9 +201,13 @@ impl Cost {
     }
 }
 
-/// The calibration entries of one platform (`like`: an entry measured there: same MPI,
-/// platform, communicator size and ranks per node).
-pub fn same_platform<'a>(entries: &'a [Entry], like: &Entry) -> Vec<&'a Entry> {
+/// The calibration entries that count for a calibration here with `timing` (`like`: an entry
+/// measured here: same MPI, platform, communicator size and ranks per node): its ping-pong
+/// samples (timed by the program, whatever the library's timing) and its decisions timed
+/// `timing`. A decision timed otherwise (an earlier calibration with another COMMTUNE_TIMING,
+/// or a search the self-check reopened with the other timing) is no point done: a tuned run
+/// predicts only from entries of its own timing.
+pub fn comparable<'a>(entries: &'a [Entry], like: &Entry, timing: Timing) -> Vec<&'a Entry> {
     entries
         .iter()
         .filter(|e| {
@@ -211,8 +216,14 @@ pub fn same_platform<'a>(entries: &'a [Entry], like: &Entry) -> Vec<&'a Entry> {
                 && e.platform == like.platform
                 && e.comm_size == like.comm_size
                 && e.ranks_per_node == like.ranks_per_node
+                && (!e.is_decision() || e.timing.as_deref() == Some(timing.name()))
         })
         .collect()
+}
+
+/// The (operation, bytes) points `entries` measured.
+pub fn points(entries: &[&Entry]) -> BTreeSet<(String, u64)> {
+    entries.iter().map(|e| (e.op.clone(), e.bytes)).collect()
 }
 
 /// Each size's latest entry of `op` among `entries`.
@@ -406,7 +417,7 @@ mod tests {
         let mut other = entry("allreduce", 16, "ring", 9.0, 1.0, 3);
         other.platform.transport = "unknown".into();
         let all: Vec<Entry> = entries.iter().cloned().chain([other]).collect();
-        let mine = same_platform(&all, &entries[0]);
+        let mine = comparable(&all, &entries[0], Timing::Local);
         assert_eq!(mine.len(), 5);
         let table = decision_table("allreduce", &latest(&mine, "allreduce"));
         let lines: Vec<&str> = table.lines().collect();
@@ -418,6 +429,43 @@ mod tests {
         assert!(lines[4].contains("64 B-96 B"), "{table}");
         assert!(
             lines[5].contains("ring") && lines[5].ends_with("20.0%"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn points_of_another_timing_are_not_done() {
+        let local = entry("allreduce", 8, "native", 1.0, 2.0, 1);
+        let barrier = Entry {
+            timing: Some("barrier".into()),
+            ..entry("allreduce", 64, "ring", 3.0, 2.0, 1)
+        };
+        // A store written before timings were recorded (format 1).
+        let unknown = Entry {
+            timing: None,
+            ..entry("allreduce", 512, "ring", 3.0, 2.0, 1)
+        };
+        let pingpong = Entry {
+            op: commtune_history::PING_PONG.into(),
+            timing: None,
+            ..entry("allreduce", 8, "native", 1.0, 1.0, 1)
+        };
+        let all = [local.clone(), barrier, unknown, pingpong];
+        let done = |timing| points(&comparable(&all, &local, timing));
+        let point = |op: &str, bytes| (op.to_string(), bytes);
+        assert_eq!(
+            done(Timing::Local),
+            BTreeSet::from([point("allreduce", 8), point("p2p", 8)])
+        );
+        assert_eq!(
+            done(Timing::Barrier),
+            BTreeSet::from([point("allreduce", 64), point("p2p", 8)])
+        );
+        // Its decision table shows only the points of its timing.
+        let mine = comparable(&all, &local, Timing::Barrier);
+        let table = decision_table("allreduce", &latest(&mine, "allreduce"));
+        assert!(
+            table.starts_with("allreduce: 1 sizes\n  decision: ring at 64 B\n"),
             "{table}"
         );
     }

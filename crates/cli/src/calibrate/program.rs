@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
+use commtune_tune::Timing;
+
 use crate::flavour::{self, Flavour};
 use crate::inject;
 use crate::launcher::{self, Launcher};
@@ -162,6 +164,8 @@ pub struct Job<'a> {
     pub program: &'a Path,
     /// COMMTUNE_SAMPLES of the job.
     pub samples: u32,
+    /// COMMTUNE_TIMING of the job.
+    pub timing: Timing,
 }
 
 impl Job<'_> {
@@ -177,6 +181,7 @@ impl Job<'_> {
         let samples = self.samples.to_string();
         let overrides = [
             ("COMMTUNE_SAMPLES", Some(samples.as_str())),
+            ("COMMTUNE_TIMING", Some(self.timing.name())),
             ("COMMTUNE_MODE", Some("tune")),
             ("COMMTUNE_SEARCH", Some("brute")),
             ("COMMTUNE_BUDGET", Some("1")),

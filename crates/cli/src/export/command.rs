@@ -8,7 +8,7 @@ use commtune_history::UNKNOWN_TIMING;
 use commtune_tune::Timing;
 use commtune_tune::settings::Settings;
 
-use super::{mpich, openmpi};
+use super::{Choice, mpich, openmpi};
 use crate::Failure;
 use crate::flavour::Flavour;
 
@@ -34,6 +34,16 @@ pub struct ExportArgs {
     /// library's default COMMTUNE_TIMING): times measured otherwise do not compare
     #[arg(long, value_name = "TIMING", value_parser = timing)]
     timing: Option<Timing>,
+
+    /// The MPI library version to export, when the store has several: any part of its name as
+    /// `commtune map` shows it (e.g. 4.1.4)
+    #[arg(long, value_name = "TEXT")]
+    mpi: Option<String>,
+
+    /// The platform to export, when the store has several: any part of its name as `commtune
+    /// map` shows it (e.g. node#, or tcp)
+    #[arg(long, value_name = "TEXT")]
+    platform: Option<String>,
 
     /// MPICH only: the libmpich.so whose built-in selection tree the file extends (default:
     /// the system's libmpich.so.12)
@@ -66,7 +76,19 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         ));
     }
     let timing = args.timing.unwrap_or(Settings::default().timing);
-    let selection = super::select(&loaded.entries, args.format, timing, &args.comm_size);
+    let choice = Choice {
+        mpi: args.mpi,
+        platform: args.platform,
+    };
+    let library = args.format.to_string();
+    let selection = super::select(
+        &loaded.entries,
+        args.format,
+        timing,
+        &args.comm_size,
+        &choice,
+    )
+    .map_err(|unchosen| Failure::new(2, unchosen.message(&choice, &library, timing)))?;
     if selection.other_mpi > 0 {
         eprintln!(
             "commtune: export: skipped {} entries measured with another MPI library than {}",
@@ -91,15 +113,14 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         return Err(Failure::new(
             1,
             format!(
-                "nothing to export: the history store {} has no {} entries{} {}{hints}",
+                "nothing to export: the history store {} has no {library} entries{} {}{hints}",
                 dir.display(),
-                args.format,
                 if args.comm_size.is_empty() {
                     ""
                 } else {
                     " of those communicator sizes"
                 },
-                selection.timing_note()
+                selection.note()
             ),
         ));
     }
@@ -115,7 +136,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let (text, unmapped, usage) = match args.format {
         Flavour::OpenMpi => {
             let (text, unmapped) =
-                openmpi::rules(&selection.tables, &source, &selection.timing_note(), &shown);
+                openmpi::rules(&selection.tables, &source, &selection.note(), &shown);
             (
                 text,
                 unmapped,
@@ -134,7 +155,6 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             )
         }
     };
-    let library = args.format.to_string();
     for why in &unmapped {
         eprintln!("commtune: export: {}", why.line(&library));
     }
@@ -142,10 +162,10 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("cannot write {}: {e}", output.display())))?;
     let ranges: usize = selection.tables.iter().map(|t| t.ranges.len()).sum();
     crate::emit(&format!(
-        "wrote {shown}: {ranges} size ranges of {} (operation, communicator size) pairs from {} entries of {source}, {}\nuse: {usage}\n",
+        "wrote {shown}: {ranges} size ranges of {} (operation, communicator size) pairs from {} entries of {source}: {}\nuse: {usage}\n",
         selection.tables.len(),
         selection.exported,
-        selection.timing_note(),
+        selection.note(),
     ))
 }
 

@@ -82,10 +82,10 @@ const DEFER: &str = "1           # message sizes\n0 0 0 0     # Open MPI's own d
 /// the decisions it could not carry. Only the communicator sizes measured get rules: each is
 /// followed by a size that defers to Open MPI (unless it is measured too), and size 0 comes
 /// first, so that Open MPI's lookup (the largest size listed not above the communicator's)
-/// finds a measured size only for exactly that size. `source`: the store; `timing`: which
-/// timing the decisions had and what was left out for it (`Selection::timing_note`); `file`:
+/// finds a measured size only for exactly that size. `source`: the store; `note`: whose
+/// decisions and which timing, and what was left out for them (`Selection::note`); `file`:
 /// where the rules go (for the usage line).
-pub fn rules(tables: &[Table], source: &str, timing: &str, file: &str) -> (String, Vec<Unmapped>) {
+pub fn rules(tables: &[Table], source: &str, note: &str, file: &str) -> (String, Vec<Unmapped>) {
     let mut unmapped = Vec::new();
     let mut body = String::new();
     let mut collectives = 0;
@@ -120,7 +120,7 @@ pub fn rules(tables: &[Table], source: &str, timing: &str, file: &str) -> (Strin
     }
     let text = format!(
         "# Open MPI coll_tuned dynamic rules written by `commtune export --format openmpi`\n\
-         # from the history store {source}: its decisions {timing}.\n\
+         # from the history store {source}: its decisions of {note}.\n\
          # Use: mpirun {} ...\n\
          # Communicator sizes not measured keep Open MPI's own decisions.\n\
          # Rules: message size (bytes; allgatherv: per rank), algorithm, fan-in/out, segment size.\n\

@@ -46,6 +46,11 @@ pub(crate) fn entry(
     }
 }
 
+/// `select` with no `--mpi` or `--platform`: for stores of one version and platform.
+fn from_any(entries: &[Entry], flavour: Flavour, timing: Timing, comm_sizes: &[u32]) -> Selection {
+    select(entries, flavour, timing, comm_sizes, &Choice::default()).expect("one group")
+}
+
 pub(crate) const OMPI: &str = "Open MPI v4.1.4";
 const MPICH: &str = "MPICH Version: 4.0.2";
 
@@ -64,7 +69,7 @@ fn groups_by_operation_and_size_and_splits_at_geometric_midpoints() {
         entry(OMPI, "allreduce", 2, 8, &[("native", 3.0), ("linear", 1.0)]),
         entry(MPICH, "allreduce", 4, 8, &[("native", 3.0), ("ring", 1.0)]),
     ];
-    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    let selection = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(selection.other_mpi, 1);
     assert_eq!(selection.filtered, 0);
     let shape: Vec<String> = selection
@@ -114,7 +119,7 @@ fn disagreeing_jobs_take_the_best_median_estimate() {
             &[("native", 10.0), ("bruck", 11.0), ("pairwise", 31.0)],
         ),
     ];
-    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    let selection = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     // Medians: native 10, bruck 11, pairwise 30.
     assert_eq!(selection.tables[0].ranges[0].winner, "native");
 }
@@ -130,7 +135,7 @@ fn agreeing_jobs_keep_their_winner() {
     );
     // The search kept native: bruck did not beat it by enough.
     one.winner = "native".into();
-    let selection = select(&[one.clone(), one], Flavour::OpenMpi, Timing::Local, &[]);
+    let selection = from_any(&[one.clone(), one], Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(selection.tables[0].ranges[0].winner, "native");
 }
 
@@ -142,9 +147,9 @@ fn comm_size_filter_and_flavours() {
         entry(MPICH, "halo", 4, 64, &[("native", 1.0)]),
         entry(MPICH, "allgatherv", 0, 64, &[("native", 1.0)]),
     ];
-    let selection = select(&entries, Flavour::Mpich, Timing::Local, &[]);
+    let selection = from_any(&entries, Flavour::Mpich, Timing::Local, &[]);
     assert_eq!(selection.filtered, 2, "halo and size 0");
-    let selection = select(&entries, Flavour::Mpich, Timing::Local, &[4]);
+    let selection = from_any(&entries, Flavour::Mpich, Timing::Local, &[4]);
     assert_eq!(selection.filtered, 3);
     assert_eq!(selection.tables.len(), 1);
     assert_eq!(selection.tables[0].comm_size, 4);
@@ -187,20 +192,20 @@ fn only_the_requested_timing_is_exported() {
             .map(|r| format!("{} {}", r.winner, r.measured.len()))
             .collect()
     };
-    let local_only = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    let local_only = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(shape(&local_only), ["native 1", "ring 1"]);
     assert_eq!(local_only.exported, 2);
     assert_eq!(
         local_only.timing_note(),
         "timed local; left out 2 entries of other timings (barrier 1, unknown 1)"
     );
-    let barrier = select(&entries, Flavour::OpenMpi, Timing::Barrier, &[]);
+    let barrier = from_any(&entries, Flavour::OpenMpi, Timing::Barrier, &[]);
     assert_eq!(shape(&barrier), ["recursive_doubling 1"]);
     assert_eq!(
         barrier.timing_note(),
         "timed barrier; left out 3 entries of other timings (local 2, unknown 1)"
     );
-    let period = select(&entries, Flavour::OpenMpi, Timing::Period, &[]);
+    let period = from_any(&entries, Flavour::OpenMpi, Timing::Period, &[]);
     assert!(period.tables.is_empty());
     assert_eq!(period.other_timings.values().sum::<usize>(), 4);
 }
@@ -219,7 +224,7 @@ fn another_timing_does_not_change_the_choice() {
         bruck(local, &[("bruck", 9.0), ("pairwise", 10.0)]),
         bruck(local, &[("bruck", 9.5), ("pairwise", 9.8)]),
     ];
-    let alone = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    let alone = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(alone.tables[0].ranges[0].winner, "bruck");
     let mut barrier = bruck(Some("barrier"), &[("bruck", 40.0), ("pairwise", 9.0)]);
     barrier.winner = "pairwise".into();
@@ -227,11 +232,177 @@ fn another_timing_does_not_change_the_choice() {
     entries.push(barrier);
     let pooled: Vec<Entry> = entries.iter().map(|e| timed(local, e.clone())).collect();
     assert_eq!(
-        select(&pooled, Flavour::OpenMpi, Timing::Local, &[]).tables[0].ranges[0].winner,
+        from_any(&pooled, Flavour::OpenMpi, Timing::Local, &[]).tables[0].ranges[0].winner,
         "pairwise",
         "the other timing's entries, counted as local, would change the choice"
     );
-    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    let selection = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
     assert_eq!(selection.tables, alone.tables);
     assert_eq!(selection.other_timings.get("barrier"), Some(&2));
+}
+
+/// `entry` measured on the cluster-in-a-box rig instead of the shared-memory machine.
+fn on_rig(entry: Entry) -> Entry {
+    Entry {
+        platform: Platform {
+            host: "rig#".into(),
+            cpu: "cpu".into(),
+            transport: "OMPI_MCA_btl=tcp,self".into(),
+        },
+        ..entry
+    }
+}
+
+const SHM: &str = "Open MPI v4.1.4 on node# (cpu, transport shared memory)";
+const RIG: &str = "Open MPI v4.1.4 on rig# (cpu, transport OMPI_MCA_btl=tcp,self)";
+
+/// Native wins at 512 B on shared memory (two jobs); ring on the rig (three jobs), which would
+/// win pooled.
+fn two_platforms() -> Vec<Entry> {
+    let shm = || entry(OMPI, "allreduce", 4, 512, &[("native", 5.0), ("ring", 6.0)]);
+    let rig = || {
+        on_rig(entry(
+            OMPI,
+            "allreduce",
+            4,
+            512,
+            &[("native", 90.0), ("ring", 40.0)],
+        ))
+    };
+    vec![shm(), rig(), shm(), rig(), rig()]
+}
+
+#[test]
+fn two_platforms_and_no_choice_is_an_error_listing_both() {
+    let entries = two_platforms();
+    let unchosen = select(
+        &entries,
+        Flavour::OpenMpi,
+        Timing::Local,
+        &[],
+        &Choice::default(),
+    )
+    .expect_err("two platforms: which one is the user's choice");
+    assert_eq!(
+        unchosen.message(&Choice::default(), "Open MPI", Timing::Local),
+        format!(
+            "the store has 2 MPI versions or platforms with Open MPI entries timed local, and a \
+             rules file is for one: choose it with --platform and/or --mpi (any part of its name \
+             below, as `commtune map` shows it)\n  {SHM}: 2 entries\n  {RIG}: 3 entries"
+        )
+    );
+}
+
+#[test]
+fn the_requested_platform_only_and_the_note_names_the_rest() {
+    let entries = two_platforms();
+    let choose = |platform: &str| Choice {
+        mpi: None,
+        platform: Some(platform.into()),
+    };
+    let shm = select(
+        &entries,
+        Flavour::OpenMpi,
+        Timing::Local,
+        &[],
+        &choose("NODE#"),
+    )
+    .unwrap();
+    assert_eq!(shm.exported, 2);
+    assert_eq!(shm.tables[0].ranges[0].winner, "native");
+    assert_eq!(
+        shm.note(),
+        format!(
+            "{SHM}, timed local; no entries of other timings; left out 3 entries of other MPI \
+             versions or platforms ({RIG} 3)"
+        )
+    );
+    let rig = select(
+        &entries,
+        Flavour::OpenMpi,
+        Timing::Local,
+        &[],
+        &choose("tcp"),
+    )
+    .unwrap();
+    assert_eq!(rig.exported, 3);
+    assert_eq!(rig.tables[0].ranges[0].winner, "ring");
+    assert_eq!(rig.other_groups.values().sum::<usize>(), 2);
+}
+
+#[test]
+fn a_choice_must_name_one_group() {
+    let mut entries = two_platforms();
+    entries.push(entry(
+        "Open MPI v5.0.3",
+        "allreduce",
+        4,
+        8,
+        &[("native", 1.0)],
+    ));
+    let both = Choice {
+        mpi: Some("4.1".into()),
+        platform: None,
+    };
+    let unchosen = select(&entries, Flavour::OpenMpi, Timing::Local, &[], &both).unwrap_err();
+    assert_eq!(unchosen.matched, 2);
+    let message = unchosen.message(&both, "Open MPI", Timing::Local);
+    assert!(
+        message.starts_with(
+            "--mpi \"4.1\" matches 2 (marked *) of the 3 MPI versions or platforms with Open MPI \
+             entries timed local: name one"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("\n  * {SHM}: 2 entries")),
+        "{message}"
+    );
+    assert!(
+        message.contains("\n  Open MPI v5.0.3 on node# (cpu, transport shared memory): 1 entry"),
+        "{message}"
+    );
+    let none = Choice {
+        mpi: Some("5.0".into()),
+        platform: Some("rig".into()),
+    };
+    let unchosen = select(&entries, Flavour::OpenMpi, Timing::Local, &[], &none).unwrap_err();
+    assert_eq!(unchosen.matched, 0);
+    assert!(
+        unchosen
+            .message(&none, "Open MPI", Timing::Local)
+            .starts_with("--mpi \"5.0\" --platform \"rig\" matches none of the 3"),
+    );
+    let one = Choice {
+        mpi: Some("5.0".into()),
+        platform: None,
+    };
+    let selection = select(&entries, Flavour::OpenMpi, Timing::Local, &[], &one).unwrap();
+    assert_eq!(selection.exported, 1);
+    assert_eq!(selection.other_groups.len(), 2);
+}
+
+#[test]
+fn the_only_group_of_the_timing_is_taken_and_the_others_named() {
+    // The rig measured with barrier timing only: for local timing, shared memory is the one.
+    let entries: Vec<Entry> = two_platforms()
+        .into_iter()
+        .map(|e| match e.platform.host.as_str() {
+            "rig#" => timed(Some("barrier"), e),
+            _ => e,
+        })
+        .collect();
+    let selection = from_any(&entries, Flavour::OpenMpi, Timing::Local, &[]);
+    assert_eq!(
+        selection.group.as_ref().map(Group::to_string).as_deref(),
+        Some(SHM)
+    );
+    assert_eq!(selection.exported, 2);
+    assert!(
+        selection.note().ends_with(&format!(
+            "left out 3 entries of other MPI versions or platforms ({RIG} 3)"
+        )),
+        "{}",
+        selection.note()
+    );
 }
