@@ -439,6 +439,9 @@ impl Calibration {
             });
             // Cheap points first, the operations interleaved: a budget keeps the most sizes.
             todo.sort_by_key(|(op, bytes)| (*bytes, ops.iter().position(|o| o == op)));
+            // An undecided midpoint is both a retry and, between the same neighbours, the
+            // refinement's midpoint again: measured twice in one run, it would be decided twice.
+            todo.dedup();
             if todo.is_empty() {
                 return Stop::Done;
             }
