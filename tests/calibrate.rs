@@ -355,7 +355,18 @@ fn a_delayed_codelet_never_wins() {
         assert!(out.status.success(), "{}", text(&out));
         let all = entries(&store);
         let allreduce: Vec<&Entry> = all.iter().filter(|e| e.op == "allreduce").collect();
-        assert!(allreduce.len() >= 4, "{allreduce:#?}");
+        // Every size is decided or named undecided (MPICH's 2 ranks at 10 KiB: the self-check
+        // finds the barrier-timed decision wrong in production, and the search it reopens with
+        // period timing may not settle in the point's calls).
+        let undecided = text(&out)
+            .lines()
+            .find(|l| l.starts_with("no decision"))
+            .map_or(0, |l| l.matches(" B").count());
+        assert!(
+            allreduce.len() >= 2 && allreduce.len() + undecided >= 4,
+            "{}\n{allreduce:#?}",
+            text(&out)
+        );
         for e in allreduce {
             assert_ne!(e.winner, "ring", "{e:#?}");
             let ring = e
