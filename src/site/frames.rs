@@ -1,5 +1,5 @@
 //! The two C helpers of the shim that read the process's own code: which object an address
-//! belongs to (dladdr1) and the calling thread's return addresses (glibc's backtrace).
+//! belongs to (by the loaded objects' program headers) and the calling thread's return addresses (glibc's backtrace).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -12,12 +12,12 @@ unsafe extern "C" {
 pub fn locate(addr: usize) -> Option<(String, u64)> {
     let mut object: *const c_char = std::ptr::null();
     let mut link = 0usize;
-    // SAFETY: dladdr1 on any address is safe; it writes the two out-parameters on success.
+    // SAFETY: any address may be looked up; the two out-parameters are written on success.
     let found = unsafe { commtune_locate(addr as *const c_void, &mut object, &mut link) };
     if found == 0 || object.is_null() {
         return None;
     }
-    // SAFETY: dladdr returns a NUL-terminated path owned by the dynamic linker.
+    // SAFETY: a NUL-terminated path owned by the dynamic linker (or argv[0]).
     let path = unsafe { CStr::from_ptr(object) }
         .to_string_lossy()
         .into_owned();
