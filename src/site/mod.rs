@@ -45,8 +45,11 @@ static KINDS: LazyLock<DashMap<usize, ObjectKind, FxBuildHasher>> = LazyLock::ne
 /// The object and link-time address of each code address looked up (addresses never change
 /// meaning): codes whose message counts change every few steps make a new key at the same site
 /// hundreds of times (LAMMPS: about 500 per rank in 500 steps), and each would look it up again.
-static LOCATED: LazyLock<DashMap<usize, Option<(String, u64)>, FxBuildHasher>> =
+static LOCATED: LazyLock<DashMap<usize, Option<Located>, FxBuildHasher>> =
     LazyLock::new(DashMap::default);
+
+/// An object's path, and an address in that object's own address space.
+type Located = (String, u64);
 
 /// The canonical path of each object a site was found in, by the name the dynamic loader gives
 /// it: a process has few, and resolving one costs a getcwd and a readlink per path component.
@@ -89,7 +92,7 @@ const BINDING_LIBRARIES: &[&str] = &[
 ];
 
 /// The object containing `addr` and the address it has there, looked up once per address.
-fn locate(addr: usize) -> Option<(String, u64)> {
+fn locate(addr: usize) -> Option<Located> {
     if let Some(located) = LOCATED.get(&addr) {
         return located.clone();
     }
