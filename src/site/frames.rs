@@ -87,8 +87,9 @@ mod tests {
     /// is mapped (its link-time address for objects linked at 0: shared libraries and PIE
     /// programs, such as this test).
     fn dladdr(addr: usize) -> Option<(String, u64)> {
-        // SAFETY: Dl_info is plain data; dladdr fills it for any address, or returns 0.
+        // SAFETY: Dl_info is plain data (pointers and integers): all zeros is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr accepts any address and fills `info` on success, or returns 0.
         if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 {
             return None;
         }
