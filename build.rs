@@ -73,7 +73,7 @@ fn main() {
         "cargo:rustc-link-arg-cdylib=-Wl,--version-script={}",
         script.display()
     );
-    // The shim calls backtrace() (glibc) and dladdr (libdl, part of glibc 2.34+).
+    // The shim calls backtrace() (glibc); the library dlopen and dlsym (libdl, part of glibc 2.34+).
     println!("cargo:rustc-link-arg-cdylib=-ldl");
 }
 

@@ -78,10 +78,6 @@ struct commtune_mpi_constants {
     int subversion;
 };
 
-/* Where code lives: the object's path and the link-time address of `addr` (identical on every
- * rank whatever ASLR did). Returns 0 when the address is in no loaded object. */
-int commtune_locate(const void *addr, const char **object, unsigned long *link_address);
-
 /* Return addresses of the calling thread's stack, innermost first. */
 int commtune_backtrace(void **frames, int max);
 #endif

@@ -42,6 +42,15 @@ enum ObjectKind {
 /// Object kind per code address, shared by all threads (addresses never change meaning).
 static KINDS: LazyLock<DashMap<usize, ObjectKind, FxBuildHasher>> = LazyLock::new(DashMap::default);
 
+/// The object and link-time address of each code address looked up (addresses never change
+/// meaning): codes whose message counts change every few steps make a new key at the same site
+/// hundreds of times (LAMMPS: about 500 per rank in 500 steps), and each would look it up again.
+static LOCATED: LazyLock<DashMap<usize, Option<Located>, FxBuildHasher>> =
+    LazyLock::new(DashMap::default);
+
+/// An object's path, and an address in that object's own address space.
+type Located = (String, u64);
+
 /// The canonical path of each object a site was found in, by the name the dynamic loader gives
 /// it: a process has few, and resolving one costs a getcwd and a readlink per path component.
 static CANONICAL: LazyLock<DashMap<String, String, FxBuildHasher>> =
@@ -51,6 +60,7 @@ static CANONICAL: LazyLock<DashMap<String, String, FxBuildHasher>> =
 /// intercepted call would do otherwise.
 pub fn prepare() {
     LazyLock::force(&KINDS);
+    LazyLock::force(&LOCATED);
     // The dynamic loader names the main program by its argv[0].
     if let Some(program) = std::env::args().next() {
         canonical(program);
@@ -81,11 +91,21 @@ const BINDING_LIBRARIES: &[&str] = &[
     "libcommtune",
 ];
 
+/// The object containing `addr` and the address it has there, looked up once per address.
+fn locate(addr: usize) -> Option<Located> {
+    if let Some(located) = LOCATED.get(&addr) {
+        return located.clone();
+    }
+    let located = frames::locate(addr);
+    LOCATED.insert(addr, located.clone());
+    located
+}
+
 fn kind_of(addr: usize) -> ObjectKind {
     if let Some(kind) = KINDS.get(&addr) {
         return *kind;
     }
-    let kind = match frames::locate(addr) {
+    let kind = match locate(addr) {
         Some((object, _)) if object.contains("/mpi4py/") => ObjectKind::Python,
         Some((object, _)) => {
             let name = file_name(&object);
@@ -132,7 +152,7 @@ pub fn describe(site: SiteRef) -> SiteData {
     if let Some(py) = python::describe(site) {
         return py;
     }
-    match frames::locate(site) {
+    match locate(site) {
         Some((object, address)) => SiteData {
             id: site_id(file_name(&object), address),
             object: canonical(object),
