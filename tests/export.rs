@@ -199,6 +199,21 @@ fn export_with(format: &str, store: &Path, output: &Path, args: &[&str]) -> Outp
         .expect("run commtune export")
 }
 
+/// The output of an export that succeeded.
+fn exported(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    stdout
+}
+
+/// The error output of an export that exited with `code`.
+fn refused(out: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    stderr
+}
+
 /// What the job sent, without the preload library: sorted lines, the same for the same
 /// algorithms. `env`: the MPI library's variables for this run.
 fn sent(flavour: Flavour, exe: &Path, dir: &Path, op: &str, env: &[(&str, &str)]) -> String {
@@ -285,9 +300,8 @@ fn exported_rules_change_the_choice(flavour: Flavour) {
         Mpich => "selection.json",
     });
     let out = export_with(name, &store, &file, &["--platform", "node#"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = exported(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
     let library = match flavour {
         OpenMpi => "Open MPI",
         Mpich => "MPICH",
@@ -381,17 +395,11 @@ fn bad_input_is_a_clear_error() {
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
 
-    let out = export("lam", &empty, &output);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'lam'"));
+    let stderr = refused(&export("lam", &empty, &output), 2);
+    assert!(stderr.contains("invalid value 'lam'"), "{stderr}");
 
-    let out = export("openmpi", &empty, &output);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("has no entries"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = refused(&export("openmpi", &empty, &output), 1);
+    assert!(stderr.contains("has no entries"), "{stderr}");
 
     let other = dir.join("other");
     commtune_history::write(
@@ -400,9 +408,7 @@ fn bad_input_is_a_clear_error() {
         &[entry("MPICH Version: 4.0.2", "allreduce", 8, "native")],
     )
     .unwrap();
-    let out = export("openmpi", &other, &output);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused(&export("openmpi", &other, &output), 1);
     assert!(stderr.contains("nothing to export"), "{stderr}");
     assert!(!output.exists(), "no file for nothing");
 
@@ -411,9 +417,7 @@ fn bad_input_is_a_clear_error() {
     let mut decision = entry("Open MPI v4.1.4", "allreduce", 8, "native");
     decision.timing = Some(OTHER_TIMING.into());
     commtune_history::write(&timed, "job.jsonl", &[decision]).unwrap();
-    let out = export("openmpi", &timed, &output);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused(&export("openmpi", &timed, &output), 1);
     assert!(
         stderr.contains(&format!(
             "left out 1 entry of other timings ({OTHER_TIMING} 1); --timing chooses another"
@@ -421,13 +425,12 @@ fn bad_input_is_a_clear_error() {
         "{stderr}"
     );
     assert!(!output.exists(), "no file for nothing");
-    let out = export_with("openmpi", &timed, &output, &["--timing", OTHER_TIMING]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = exported(&export_with(
+        "openmpi",
+        &timed,
+        &output,
+        &["--timing", OTHER_TIMING],
+    ));
     assert!(
         stdout.contains(&format!(
             "from 1 entries of {}: Open MPI v4.1.4 on {PLATFORM}, timed {OTHER_TIMING}; no \
@@ -436,9 +439,11 @@ fn bad_input_is_a_clear_error() {
         )),
         "{stdout}"
     );
-    let out = export_with("openmpi", &timed, &output, &["--timing", "wall"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--timing"));
+    let stderr = refused(
+        &export_with("openmpi", &timed, &output, &["--timing", "wall"]),
+        2,
+    );
+    assert!(stderr.contains("--timing"), "{stderr}");
 
     // Decisions of two platforms: a rules file is for one, and export will not guess which.
     let platforms = dir.join("platforms");
@@ -449,9 +454,7 @@ fn bad_input_is_a_clear_error() {
     };
     commtune_history::write(&platforms, "job.jsonl", &[shm, on_rig.clone(), on_rig]).unwrap();
     let _ = std::fs::remove_file(&output);
-    let out = export("openmpi", &platforms, &output);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused(&export("openmpi", &platforms, &output), 2);
     for listed in [
         format!("\n  Open MPI v4.1.4 on {PLATFORM}: 1 entry"),
         format!("\n  Open MPI v4.1.4 on {}: 2 entries", rig()),
@@ -460,13 +463,12 @@ fn bad_input_is_a_clear_error() {
     }
     assert!(stderr.contains("choose it with --platform"), "{stderr}");
     assert!(!output.exists(), "no file for an unchosen platform");
-    let out = export_with("openmpi", &platforms, &output, &["--platform", "rig"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = exported(&export_with(
+        "openmpi",
+        &platforms,
+        &output,
+        &["--platform", "rig"],
+    ));
     assert!(
         stdout.contains(&format!(
             "from 2 entries of {}: Open MPI v4.1.4 on {}, timed",

@@ -223,12 +223,9 @@ pub fn completed(
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
             self_check(t, predicted, realised);
-        } else if p.trial_unmeasured() {
-            // The runner-up gave no window (it posted natively): no evidence against the winner.
-            let (predicted, winner_realised) = (p.predicted.take(), p.trial.take());
-            if let (Some(predicted), Some((_, realised))) = (predicted, winner_realised) {
-                t.checked = Some((predicted, realised, None, Verdict::Kept));
-            }
+        } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
+            // No evidence against the winner.
+            t.checked = Some((predicted, realised, None, Verdict::Kept));
         }
         return Measured::Sample;
     }
@@ -397,10 +394,16 @@ impl Production {
         self.instances = 0;
     }
 
-    /// Whether a trial has run for four windows without one of the runner-up's in a row.
-    fn trial_unmeasured(&self) -> bool {
-        self.trial.is_some()
-            && self.instances > 4 * check::window(runtime::config().tuning.drift_interval) + 1
+    /// Ends a trial that ran for four windows without one of the runner-up's in a row (it
+    /// posted natively): production goes back to the winner. Returns the prediction and the
+    /// winner's realised time.
+    fn end_unmeasured_trial(&mut self) -> Option<(Prediction, f64)> {
+        let (_, winner_realised) = self.trial?;
+        if self.instances <= 4 * check::window(runtime::config().tuning.drift_interval) + 1 {
+            return None;
+        }
+        self.trial = None;
+        Some((self.predicted.take()?, winner_realised))
     }
 
     /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
@@ -555,9 +558,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     }
     .data(&names, ns_per_tick);
     data.check = t.checked.map(|(predicted, realised, runner_up, verdict)| {
-        let mut check = predicted.report(realised, verdict, &names, ns_per_tick);
-        check.runner_up_realised_us = runner_up.map(|r| r * ns_per_tick * 1e-3);
-        check
+        predicted.report(realised, runner_up, verdict, &names, ns_per_tick)
     });
     data
 }

@@ -11,11 +11,8 @@ use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
-use commtune_history::How;
 
-use super::state::{
-    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState, confirmed_estimate,
-};
+use super::state::{CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState};
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::{clock, runtime};
@@ -83,7 +80,7 @@ pub(super) fn drift_check<C: Operation>(
                 return None;
             }
             Judgement::Verdict(verdict) => {
-                if let Some(step) = self_check(at, comm, key, predicted, realised, verdict) {
+                if let Some(step) = judged(at, comm, key, predicted, realised, None, verdict) {
                     return Some(step);
                 }
             }
@@ -172,15 +169,7 @@ fn safety_net<C: Operation>(
         if let Phase::Production(p) = &mut key.phase {
             p.realised_us = Some(measured_us);
         }
-        let estimate = key.prediction.as_ref().map(confirmed_estimate);
-        knowledge::learn(
-            at.entry,
-            key,
-            [(winner, estimate.unwrap_or(predicted_us))].into_iter(),
-            winner,
-            How::PredictionConfirmed,
-            Some(measured_us),
-        );
+        knowledge::learn(at.entry, key);
         return None;
     }
     key.timeline.push(Mark::Drift {
@@ -209,25 +198,6 @@ fn drift_ratio(p: &mut Production) -> f64 {
             1.0
         }
     }
-}
-
-/// The self-check's `verdict` on the decision whose winner realised `realised` (agreed, ticks
-/// per call), when no trial was needed; returns the search step when the search reopens.
-fn self_check<C: Operation>(
-    at: &SlowCall<C>,
-    comm: &mut CommTunerState,
-    key: &mut TunerState,
-    predicted: Prediction,
-    realised: f64,
-    verdict: Verdict,
-) -> Option<Step> {
-    key.check = Some(predicted.report(
-        realised,
-        verdict,
-        &codelets::names(at.entry.op),
-        clock::ns_per_tick(),
-    ));
-    judged(at, comm, key, predicted, realised, verdict)
 }
 
 /// The winner missed its prediction: its runner-up runs the next window of production calls,
@@ -293,9 +263,6 @@ fn trial_check<C: Operation>(
     );
     let names = codelets::names(at.entry.op);
     let ns_per_tick = clock::ns_per_tick();
-    let mut report = predicted.report(trial.winner_realised, verdict, &names, ns_per_tick);
-    report.runner_up_realised_us = Some(realised * ns_per_tick * 1e-3);
-    key.check = Some(report);
     trace(at.entry, || {
         format!(
             "trial of {}: realised {:.0} us against the winner's {:.0} us: {}",
@@ -306,26 +273,43 @@ fn trial_check<C: Operation>(
         )
     });
     at.tuner.run(p.winner, at.k + settings.drift_interval);
-    judged(at, comm, key, predicted, trial.winner_realised, verdict)
+    judged(
+        at,
+        comm,
+        key,
+        predicted,
+        trial.winner_realised,
+        Some(realised),
+        verdict,
+    )
 }
 
 /// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
-/// ticks per call): a kept decision is what the history and the rest of the run learn; a wrong
-/// one reopens the search (returns its step) or falls back to native.
+/// ticks per call; the runner-up `runner_up_realised` if it was on trial), and reports it: a
+/// kept decision is what the history and the rest of the run learn; a wrong one reopens the
+/// search (returns its step) or falls back to native.
 fn judged<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     predicted: Prediction,
     realised: f64,
+    runner_up_realised: Option<f64>,
     verdict: Verdict,
 ) -> Option<Step> {
     let settings = runtime::config().tuning;
+    let names = codelets::names(at.entry.op);
+    key.check = Some(predicted.report(
+        realised,
+        runner_up_realised,
+        verdict,
+        &names,
+        clock::ns_per_tick(),
+    ));
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
     let winner = p.winner;
-    let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     trace(at.entry, || {
         format!(
@@ -337,21 +321,9 @@ fn judged<C: Operation>(
         )
     });
     let Some((mark, timing)) = verdict.wrong(at.k, realised, predicted.winner) else {
-        let realised_us = us(realised);
-        p.realised_us = Some(realised_us);
+        p.realised_us = Some(us(realised));
         // Only a decision its production confirmed predicts later calls of this run.
-        if let Some(plan) = &key.decided {
-            let us = clock::ns_per_tick() * 1e-3;
-            let estimates = plan.estimates.iter().map(|(i, a)| (*i, a.location * us));
-            knowledge::learn(
-                at.entry,
-                key,
-                estimates,
-                winner,
-                How::Search,
-                Some(realised_us),
-            );
-        }
+        knowledge::learn(at.entry, key);
         return None;
     };
     key.wrong += 1;

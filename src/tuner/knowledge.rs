@@ -13,11 +13,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
-use commtune_history::{self as history, Estimate, How, Platform};
-use commtune_tune::Agreed;
+use commtune_history::{self as history, Estimate, Platform};
 use commtune_tune::classes::class_name;
 
 use super::state::{Decision, TunerState};
+use crate::clock;
 use crate::codelets;
 use crate::config::{Config, HistoryTarget, Mode};
 use crate::keys::Entry;
@@ -153,48 +153,22 @@ pub fn predict(op: &str, comm_size: u32, bytes: u64, applicable: &[&str]) -> Opt
     (predicted.us.is_finite() && predicted.us > 0.0).then_some(predicted)
 }
 
-/// A decision this run agreed on (the same on every rank of the communicator) for the key of
-/// `entry`, whose tuning state is `key`: the winner (registry index), every codelet's agreed
-/// time per call (registry index, microseconds), the winner's realised time in production.
-/// Kept for the keys to come, unless it was timed otherwise than the knowledge (a search the
+/// The decision this run agreed on (the same on every rank of the communicator) for the key of
+/// `entry`, whose tuning state is `key` (`TunerState::decision`), now that production confirmed
+/// it. Kept for the keys to come, unless it was timed otherwise than the knowledge (a search the
 /// self-check reopened with the other timing).
-pub fn learn(
-    entry: &Entry,
-    key: &TunerState,
-    estimates: impl Iterator<Item = (usize, f64)>,
-    winner: usize,
-    how: How,
-    realised_us: Option<f64>,
-) {
+pub fn learn(entry: &Entry, key: &TunerState) {
     let Some(process) = runtime::process() else {
         return;
     };
-    let timing = key.timing();
-    if timing != runtime::config().tuning.timing {
+    let Some(decision) = key.decision(clock::ns_per_tick() * 1e-3) else {
+        return;
+    };
+    if decision.timing != runtime::config().tuning.timing {
         return;
     }
     // Made only with a store to add it to: the platform it records reads /proc/cpuinfo.
-    known(|k| {
-        let decision = Decision {
-            winner,
-            estimates: estimates
-                .map(|(i, location)| {
-                    (
-                        i,
-                        Agreed {
-                            location,
-                            error: 0.0,
-                        },
-                    )
-                })
-                .collect(),
-            how,
-            comm_size: key.comm_size,
-            timing,
-            realised_us,
-        };
-        k.add(self::entry(entry, &decision, process));
-    });
+    known(|k| k.add(self::entry(entry, &decision, process)));
 }
 
 /// The history entry of `decision`, the decided key of `entry`.

@@ -238,43 +238,9 @@ impl Tuner {
         self.check_drift_at(u64::MAX);
     }
 
-    /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
-    /// in production after a search that ran to its decision (not ended early, not overruled by
-    /// the self-check) or after a prediction the safety net confirmed (its predicted time as
-    /// the searches estimate it is then the one estimate, `confirmed_estimate`).
+    /// What the key decided (`TunerState::decision`).
     pub fn decided(&self, us_per_tick: f64) -> Option<Decision> {
-        let key = lock(&self.state);
-        let Phase::Production(p) = &key.phase else {
-            return None;
-        };
-        if key.reason.is_some() {
-            return None;
-        }
-        let decision = |estimates, how| Decision {
-            winner: p.winner,
-            estimates,
-            how,
-            comm_size: key.comm_size,
-            timing: key.timing(),
-            realised_us: p.realised_us,
-        };
-        if let Some(plan) = &key.decided {
-            let us = |a: &Agreed| Agreed {
-                location: a.location * us_per_tick,
-                error: a.error * us_per_tick,
-            };
-            let estimates = plan.estimates.iter().map(|(i, a)| (*i, us(a))).collect();
-            return Some(decision(estimates, How::Search));
-        }
-        let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
-        let estimate = Agreed {
-            location: confirmed_estimate(confirmed),
-            error: 0.0,
-        };
-        Some(decision(
-            vec![(p.winner, estimate)],
-            How::PredictionConfirmed,
-        ))
+        lock(&self.state).decision(us_per_tick)
     }
 
     /// The key's tuning as the report shows it (`names`: the operation's codelets; durations
@@ -354,6 +320,45 @@ impl TunerState {
     pub fn timing(&self) -> Timing {
         self.timing.unwrap_or(runtime::config().tuning.timing)
     }
+
+    /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
+    /// in production after a search that ran to its decision (not ended early, not overruled by
+    /// the self-check) or after a prediction the safety net confirmed (its predicted time as
+    /// the searches estimate it is then the one estimate, `confirmed_estimate`).
+    pub fn decision(&self, us_per_tick: f64) -> Option<Decision> {
+        let key = self;
+        let Phase::Production(p) = &key.phase else {
+            return None;
+        };
+        if key.reason.is_some() {
+            return None;
+        }
+        let decision = |estimates, how| Decision {
+            winner: p.winner,
+            estimates,
+            how,
+            comm_size: key.comm_size,
+            timing: key.timing(),
+            realised_us: p.realised_us,
+        };
+        if let Some(plan) = &key.decided {
+            let us = |a: &Agreed| Agreed {
+                location: a.location * us_per_tick,
+                error: a.error * us_per_tick,
+            };
+            let estimates = plan.estimates.iter().map(|(i, a)| (*i, us(a))).collect();
+            return Some(decision(estimates, How::Search));
+        }
+        let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
+        let estimate = Agreed {
+            location: confirmed_estimate(confirmed),
+            error: 0.0,
+        };
+        Some(decision(
+            vec![(p.winner, estimate)],
+            How::PredictionConfirmed,
+        ))
+    }
 }
 
 /// What a key in production decided (`Tuner::decided`).
@@ -376,7 +381,7 @@ pub struct Decision {
 /// The estimate a confirmed prediction records: its predicted time as the searches estimate it,
 /// so that the history's estimates stay comparable with each other (its measured time is the
 /// entry's realised time).
-pub fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
+fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
     prediction.estimate_us.unwrap_or(prediction.predicted_us)
 }
 

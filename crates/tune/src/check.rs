@@ -180,11 +180,13 @@ impl Prediction {
 }
 
 impl Prediction {
-    /// The report's view of a self-check that found `realised` ticks per call and gave
-    /// `verdict` (`names`: the operation's codelets).
+    /// The report's view of a self-check that found `realised` ticks per call (the runner-up
+    /// `runner_up_realised` in its trial, if it had one) and gave `verdict` (`names`: the
+    /// operation's codelets).
     pub fn report(
         &self,
         realised: f64,
+        runner_up_realised: Option<f64>,
         verdict: Verdict,
         names: &[&str],
         ns_per_tick: f64,
@@ -195,7 +197,7 @@ impl Prediction {
             realised_us: us(realised),
             runner_up: self.runner_up.map(|(i, _)| names[i].to_string()),
             runner_up_us: self.runner_up.map(|(_, r)| us(r)),
-            runner_up_realised_us: None,
+            runner_up_realised_us: runner_up_realised.map(us),
             timing: self.timing.name().to_string(),
             verdict: verdict.name().to_string(),
         }
@@ -281,6 +283,7 @@ mod tests {
     fn the_report_names_the_runner_up_in_microseconds() {
         let check = predicted(1000.0, 2000.0).report(
             3000.0,
+            Some(5000.0),
             Verdict::Reopen(Timing::Period),
             &["native"],
             2.0,
@@ -289,6 +292,7 @@ mod tests {
         assert_eq!(check.realised_us, 6.0);
         assert_eq!(check.runner_up.as_deref(), Some("native"));
         assert_eq!(check.runner_up_us, Some(4.0));
+        assert_eq!(check.runner_up_realised_us, Some(10.0));
         assert_eq!(
             (check.timing.as_str(), check.verdict.as_str()),
             ("local", "reopened")

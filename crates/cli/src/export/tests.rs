@@ -296,18 +296,14 @@ fn two_platforms_and_no_choice_is_an_error_listing_both() {
 #[test]
 fn the_requested_platform_only_and_the_note_names_the_rest() {
     let entries = two_platforms();
-    let choose = |platform: &str| Choice {
-        mpi: None,
-        platform: Some(platform.into()),
+    let on = |platform: &str| {
+        let choice = Choice {
+            mpi: None,
+            platform: Some(platform.into()),
+        };
+        select(&entries, Flavour::OpenMpi, Timing::Local, &[], &choice).unwrap()
     };
-    let shm = select(
-        &entries,
-        Flavour::OpenMpi,
-        Timing::Local,
-        &[],
-        &choose("NODE#"),
-    )
-    .unwrap();
+    let shm = on("NODE#");
     assert_eq!(shm.exported, 2);
     assert_eq!(shm.tables[0].ranges[0].winner, "native");
     assert_eq!(
@@ -317,14 +313,7 @@ fn the_requested_platform_only_and_the_note_names_the_rest() {
              versions or platforms ({RIG} 3)"
         )
     );
-    let rig = select(
-        &entries,
-        Flavour::OpenMpi,
-        Timing::Local,
-        &[],
-        &choose("tcp"),
-    )
-    .unwrap();
+    let rig = on("tcp");
     assert_eq!(rig.exported, 3);
     assert_eq!(rig.tables[0].ranges[0].winner, "ring");
     assert_eq!(rig.other_groups.values().sum::<usize>(), 2);
