@@ -579,11 +579,12 @@ fn tuned_between_two_on(
 
 /// Pairwise wins the search (native is 5 ms slower; blocks of two, the search runs episodes 4
 /// to 11), then from episode 14 on, inside the self-check's window (episodes 13 to 28), it is
-/// 20 ms slower than predicted and than native: native, the runner-up, is tried (episodes 30
-/// to 45) and does better, so the self-check reopens the search with period timing, which finds
-/// native, and the second check keeps it. One rank, a torus of one exchanging with itself: a
-/// peer's episodes wait for this rank's, so on two ranks whose trials fell at different episodes
-/// a rank's trial of native measured its peer's pairwise delay.
+/// 30 ms slower than predicted and than native: native, the runner-up, is tried (episodes 30
+/// to 45) and does better, but misses its own estimate too (15 ms against 5), so the
+/// self-check reopens the search with period timing, which finds native, and the second check
+/// keeps it. One rank, a torus of one exchanging with itself: a peer's episodes wait for this
+/// rank's, so on two ranks whose trials fell at different episodes a rank's trial of native
+/// measured its peer's pairwise delay.
 fn self_check_reopens(flavour: Flavour, name: &str) {
     let (t, _) = tuned_between_two_on(
         1,
@@ -592,7 +593,7 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
         &[
             (
                 "COMMTUNE_INJECT_DELAY",
-                "halo:native=5ms,halo:pairwise=20ms@14",
+                "halo:native=15ms@14,halo:native=5ms,halo:pairwise=30ms@14",
             ),
             ("COMMTUNE_BLOCK", "2"),
         ],
@@ -615,6 +616,30 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
         .find(|e| e["event"] == "drift" && e["reopened"] == true)
         .unwrap_or_else(|| panic!("the self-check's reopening is in the timeline: {t:#}"));
     assert_eq!(reopened["call"], 45, "after the runner-up's trial: {t:#}");
+}
+
+/// Pairwise wins the search (native is 10 ms slower) and then misses its prediction by 40 ms;
+/// native, tried for a window, takes the 10 ms its samples took: it replaces pairwise, with no
+/// second search. One rank, as in `self_check_reopens`.
+#[test]
+fn a_runner_up_that_holds_its_estimate_replaces_the_halo_winner() {
+    let (t, _) = tuned_between_two_on(
+        1,
+        OpenMpi,
+        "halo-runner-up-openmpi",
+        &[
+            (
+                "COMMTUNE_INJECT_DELAY",
+                "halo:native=10ms,halo:pairwise=40ms@14",
+            ),
+            ("COMMTUNE_BLOCK", "2"),
+        ],
+    );
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+    let check = &t["check"];
+    assert_eq!(check["verdict"], "runner_up", "{t:#}");
+    assert_eq!(check["runner_up"], "native", "{t:#}");
 }
 
 /// Pairwise wins the search as in `self_check_reopens` and then misses its prediction by 20 ms,

@@ -284,8 +284,9 @@ pub struct SelfCheck {
     pub runner_up_realised_us: Option<f64>,
     /// How the search timed its samples (local, barrier, period).
     pub timing: String,
-    /// kept (the decision stands), reopened (searched again with the other timing) or native
-    /// (a second wrong decision: the key fell back to native).
+    /// kept (the decision stands), reopened (searched again with the other timing) or
+    /// runner_up (replaced by the runner-up its trial measured faster); native in reports of
+    /// older builds, whose second wrong decision fell back to native.
     pub verdict: String,
 }
 

@@ -18,8 +18,8 @@
 //! against its estimate; a winner that missed puts the runner-up on trial for a window of its
 //! own, and only a runner-up that does clearly better makes the decision wrong (on a network an
 //! episode in production waits for peers that search samples did not wait for, whatever the
-//! codelet); a wrong decision searches again once with the other timing, a second one falls back
-//! to native.
+//! codelet); a wrong decision searches again once with the other timing, a second one keeps the
+//! runner-up that beat it.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -330,8 +330,8 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
 
 /// Judges the decision of `t` from the `realised` time per instance of the codelet running in
 /// production: the winner's, after which a miss puts the runner-up on trial, or the runner-up's
-/// at the end of its trial. A wrong decision searches again with the other timing, or falls back
-/// to native.
+/// at the end of its trial. A wrong decision searches again with the other timing, or keeps the
+/// runner-up that beat it.
 fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let settings = runtime::config().tuning;
     let Some(p) = &mut t.production else {
@@ -343,7 +343,7 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
                 predicted.judge_trial(winner_realised, realised, settings.min_gain, t.wrong);
             (winner_realised, Some(realised), verdict)
         }
-        None => match predicted.assess(realised, settings.min_gain, t.wrong) {
+        None => match predicted.assess(realised, settings.min_gain) {
             Judgement::Trial(runner_up) => {
                 p.start_trial(runner_up, predicted, realised);
                 return;
@@ -352,20 +352,20 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
         },
     };
     t.checked = Some((predicted, winner_realised, runner_up_realised, verdict));
-    let Some((mark, timing)) = verdict.wrong(t.instances, winner_realised, predicted.winner) else {
+    let Some((mark, next)) = verdict.wrong(t.instances, winner_realised, predicted.winner) else {
         return;
     };
     t.wrong += 1;
     t.timeline.push(mark);
-    match timing {
-        Some(timing) => {
+    match next {
+        check::Next::Search(timing) => {
             t.timing = Some(timing);
             t.production = None;
             start_search(t);
         }
-        None => {
-            t.reason = Some(check::NATIVE_KEPT);
-            t.production = Some(Production::new(NATIVE, None));
+        check::Next::Settle(codelet) => {
+            t.reason = Some(check::RUNNER_UP_KEPT);
+            t.production = Some(Production::new(codelet, None));
         }
     }
 }

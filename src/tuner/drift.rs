@@ -3,7 +3,7 @@
 //! search's decision is the self-check: the
 //! winner's realised time against what the search predicted, timed as the search timed and
 //! reduced over ranks alike; a decision it finds clearly wrong reopens the search once with the
-//! other timing, and a second wrong one falls back to native. Later ones are drift checks: the
+//! other timing, and a second wrong one keeps the runner-up that beat it in production. Later ones are drift checks: the
 //! window before each check against the first, reduced over ranks; a search reopens after
 //! strikes in a row.
 
@@ -74,7 +74,7 @@ pub(super) fn drift_check<C: Operation>(
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let realised = consensus::realised(&comm.private?, realised).ok()?;
-        match predicted.assess(realised, settings.min_gain, key.wrong) {
+        match predicted.assess(realised, settings.min_gain) {
             Judgement::Trial(runner_up) => {
                 start_trial(at, key, runner_up, predicted, realised);
                 return None;
@@ -287,7 +287,7 @@ fn trial_check<C: Operation>(
 /// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
 /// ticks per call; the runner-up `runner_up_realised` if it was on trial), and reports it: a
 /// kept decision is what the history and the rest of the run learn; a wrong one reopens the
-/// search (returns its step) or falls back to native.
+/// search (returns its step) or settles on the runner-up that beat it.
 fn judged<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -320,7 +320,7 @@ fn judged<C: Operation>(
             verdict.name()
         )
     });
-    let Some((mark, timing)) = verdict.wrong(at.k, realised, predicted.winner) else {
+    let Some((mark, next)) = verdict.wrong(at.k, realised, predicted.winner) else {
         p.realised_us = Some(us(realised));
         // Only a decision its production confirmed predicts later calls of this run.
         knowledge::learn(at.entry, key);
@@ -328,15 +328,19 @@ fn judged<C: Operation>(
     };
     key.wrong += 1;
     key.timeline.push(mark);
-    let Some(timing) = timing else {
-        key.reason = Some(check::NATIVE_KEPT);
-        let production = Phase::Production(Production::new(0, None));
-        let drift_at = at.k + settings.drift_interval;
-        at.tuner.settle(key, 0, production, drift_at);
-        return None;
-    };
-    key.timing = Some(timing);
-    search_again(at, comm, key)
+    match next {
+        check::Next::Search(timing) => {
+            key.timing = Some(timing);
+            search_again(at, comm, key)
+        }
+        check::Next::Settle(codelet) => {
+            key.reason = Some(check::RUNNER_UP_KEPT);
+            let production = Phase::Production(Production::new(codelet, None));
+            let drift_at = at.k + settings.drift_interval;
+            at.tuner.settle(key, codelet, production, drift_at);
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -153,11 +153,16 @@ fn describe(out: &mut String, m: &Model, calls: u64) {
     let _ = writeln!(
         out,
         "    a reduction costs {:.1} us (slowest rank), a barrier {:.1} us; {:.1} % of instances \
-         disturbed, {} stalls left out{}",
+         disturbed, {} stalls left out{}{}",
         m.consensus.iter().copied().max().unwrap_or(0) as f64 * 1e-3,
         m.barrier as f64 * 1e-3,
         m.disturbed * 100.0,
         m.stalls,
+        if m.tailed.is_empty() {
+            String::new()
+        } else {
+            format!("; tails of their own: {}", m.tailed.join(", "))
+        },
         if m.missing.is_empty() {
             String::new()
         } else {

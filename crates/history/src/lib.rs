@@ -154,7 +154,7 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
     /// The winner's realised production time per call in microseconds (the maximum over ranks
-    /// of the median of a window of calls), when the job measured it: the self-check that kept
+    /// of the mean of a window of calls), when the job measured it: the self-check that kept
     /// a search's decision, or the safety net that confirmed a prediction. Production calls
     /// have no barrier before them, so they take longer than the search's samples (skew): this
     /// is what a later job's safety net measures, while `estimates` compare the codelets with

@@ -68,7 +68,7 @@ fn find<'m>(models: &'m [Model], op: &str, bytes: u64, ranks: usize) -> &'m Mode
 #[test]
 fn every_recorded_key_has_a_model_of_every_codelet() {
     let models = models();
-    assert_eq!(models.len(), 7, "shared memory: 3 keys, rig: 4");
+    assert_eq!(models.len(), 8, "shared memory: 3 keys, rig: 5");
     for m in &models {
         let codelets = match m.op.as_str() {
             "alltoall" => 8,
@@ -84,6 +84,35 @@ fn every_recorded_key_has_a_model_of_every_codelet() {
         }
         assert!(m.disturbed < 0.06, "{}: {}", name(m), m.disturbed);
     }
+}
+
+/// On the rig at 64 KiB per rank, alltoall codelets that post every send at once (native and
+/// the linear ones) have tails of their own: the shaper drops what a burst overflows and TCP
+/// retransmits. They stay in those codelets' costs, and the paced codelets have none; pooled as
+/// the machine's, they would make native look best.
+#[test]
+fn a_codelet_s_own_tail_is_its_cost() {
+    let models = models();
+    let m = find(&models, "alltoall", 1 << 18, 4);
+    for tailed in ["native", "linear", "linear_sync8"] {
+        assert!(
+            m.tailed.iter().any(|t| t == tailed),
+            "{tailed}: {:?}",
+            m.tailed
+        );
+    }
+    assert!(
+        !m.tailed.iter().any(|t| t == "pairwise_excl"),
+        "{:?}",
+        m.tailed
+    );
+    let cost = |name: &str| m.cost(m.codelets.iter().find(|c| c.name == name).unwrap());
+    assert!(cost("native") > 1.4 * cost("pairwise_excl"));
+    assert!(
+        m.disturbed < 0.01,
+        "the machine's own rate: {}",
+        m.disturbed
+    );
 }
 
 /// The `# settings` line of a trace as `Settings` (search, timing, samples, block, warm-up).
@@ -164,8 +193,11 @@ fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
 /// at 1 MiB per rank, shared memory at 64 KiB; alltoall's linear_sync codelets run 1.2 to 1.3
 /// times slower in production than in their samples, and without the runner-up's trial the
 /// self-check reversed about half of those decisions: 1.143); shared memory at 1 MiB, where ring is 6 % faster
-/// than native and no timing sees it (1.10); the 8-byte alltoall, where a call costs 0.4 us and
-/// the search's own reductions (4.7 us each) are most of the regret (1.11); and the rig at
+/// than native and no timing sees it (1.10); the 8-byte alltoall, where a call costs 0.3 us, the
+/// search's own reductions (4.7 us each) are much of the regret, and native's tail of its own
+/// (a mean of 0.6 us, twice the others') is rarely in the self-check's window (1.20); the rig's
+/// 64 KiB alltoall, where native's tail makes it 1.6 times the best codelet, and a window's mean
+/// shows it in about half of the runs (1.08); and the rig at
 /// 64 KiB, where the oracle comes from one run whose network was faster (rabenseifner 280 us
 /// instead of 830): every configuration of the grid replays at 1.18 to 1.34 there.
 #[test]
@@ -178,7 +210,8 @@ fn the_default_settings_stay_within_what_the_data_allows() {
         ("alltoall", 4 << 20, 4, 1.05),
         ("allreduce", 1 << 20, 2, 1.12),
         ("allreduce", 1 << 16, 2, 1.04),
-        ("alltoall", 16, 2, 1.15),
+        ("alltoall", 16, 2, 1.25),
+        ("alltoall", 1 << 18, 4, 1.12),
     ];
     for (op, bytes, ranks, bound) in bounds {
         let m = find(&models, op, bytes, ranks);
@@ -236,16 +269,13 @@ fn local_timing_is_misled_where_barrier_timing_is_not() {
 }
 
 /// A long search (every codelet, four instances per sample, eight samples) costs more than it
-/// can find where the codelets are close or calls are cheap.
+/// can find where the codelets are close or calls are cheap. (Not on the rig at 64 KiB, where
+/// rabenseifner, the best by a fifth, comes out of long searches more often than short ones.)
 #[test]
 fn a_long_search_costs_more_than_it_finds() {
     let models = models();
     let long = settings(Search::Brute, Timing::Local, 4, 8);
-    for (op, bytes, ranks) in [
-        ("allreduce", 1 << 20, 4),
-        ("allreduce", 1 << 16, 4),
-        ("alltoall", 16, 2),
-    ] {
+    for (op, bytes, ranks) in [("allreduce", 1 << 20, 4), ("alltoall", 16, 2)] {
         let m = find(&models, op, bytes, ranks);
         let (long, default) = (
             regret(m, &long, 2000),
