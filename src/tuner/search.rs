@@ -18,6 +18,7 @@ use super::state::{
 use super::{Measure, SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Facts, Operation};
 use crate::keys::Entry;
+use crate::mpi::Comm;
 use crate::say::say;
 use crate::sync::lock;
 use crate::{clock, runtime};
@@ -60,13 +61,18 @@ pub(super) fn checkpoint<C: Operation>(
     // Whether a search pays is agreed in the checkpoint too (a predicted key costs no search:
     // the budget does not hold it back), so that no rank's own view starts or skips one.
     let worth_searching = warm && {
-        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, instances);
+        let cost = search_cost(candidates.len(), instances, comm, key);
+        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost);
         key.not_worth = ready.err();
         key.not_worth.is_none()
     };
     let proposal = warm.then_some(at.key.agree_hash());
     let predicted = prediction.as_ref().map(|(winner, p)| (*winner, p.us));
-    match consensus::checkpoint(&private, proposal, predicted, worth_searching) {
+    let agreed = consensus::checkpoint(&private, proposal, predicted, worth_searching);
+    if agreed.is_ok() && comm.collectives_timed < COLLECTIVES_TIMED {
+        time_collective(&private, comm);
+    }
+    match agreed {
         Ok(consensus::Checkpoint::Agreed {
             prediction: Some((winner, us)),
             ..
@@ -193,6 +199,42 @@ fn start_predicted<C: Operation>(
 }
 
 /// The instances a search of `candidates` codelets runs at most.
+/// Barriers timed after checkpoints (do no harm's cost of a collective): the fastest of a few.
+const COLLECTIVES_TIMED: u32 = 3;
+
+/// Times one barrier on the private communicator right after a checkpoint's reduction, which
+/// every rank left together (the reduction's own time includes waiting for the last rank to
+/// arrive): what one of a search's small collectives costs on this rank. Every rank runs the
+/// same checkpoints, so every rank holds the same barriers.
+fn time_collective(private: &Comm, comm: &mut CommTunerState) {
+    let start = clock::now();
+    if private.barrier().is_ok() {
+        let took = clock::now().saturating_sub(start);
+        comm.collective = Some(comm.collective.map_or(took, |fastest| fastest.min(took)));
+    }
+    comm.collectives_timed += 1;
+}
+
+/// What a search of `candidates` (`instances` of them) would cost the key now, counted in
+/// instances (`budget::search_cost`): its own collectives weigh as this rank saw them, the
+/// fastest barrier timed after the communicator's checkpoints against the key's fastest call
+/// (minima: a program's first calls set up connections, and any call may lose a time slice).
+/// Nothing yet at the first checkpoint, which measures it.
+fn search_cost(candidates: usize, instances: u64, comm: &CommTunerState, key: &TunerState) -> u64 {
+    let settings = runtime::config().tuning;
+    let collectives = sampling::search_collectives(
+        candidates,
+        settings.timing,
+        settings.block as usize,
+        settings.samples,
+    );
+    let ratio = match (comm.collective, key.fastest_call) {
+        (Some(collective), Some(call)) if call > 0 => collective as f64 / call as f64,
+        _ => 0.0,
+    };
+    budget::search_cost(instances, collectives, ratio)
+}
+
 fn search_instances(candidates: usize) -> u64 {
     let settings = runtime::config().tuning;
     sampling::search_instances(

@@ -51,6 +51,10 @@ pub struct CommTunerState {
     pub private: Option<Comm>,
     /// The key being searched, and the communicator instance of its latest call.
     pub active: Option<(&'static Tuner, u64)>,
+    /// The fastest barrier timed after a checkpoint so far, clock ticks: what a search's own
+    /// collectives cost (do no harm); and how many were timed.
+    pub collective: Option<u64>,
+    pub collectives_timed: u32,
     /// The keys of this epoch, by agreed identity.
     keys: HashMap<u64, &'static Tuner, FxBuildHasher>,
     /// The one untuned tuner of every agreed identity beyond `MAX_KEYS`.
@@ -72,6 +76,8 @@ impl CommTunerState {
             tunable: None,
             private: None,
             active: None,
+            collective: None,
+            collectives_timed: 0,
             keys: HashMap::default(),
             overflow: None,
         }
@@ -289,6 +295,9 @@ pub struct TunerState {
     pub searched: u64,
     /// Clock ticks of all timed calls (the budget's denominator).
     pub ticks: u64,
+    /// The fastest timed call's ticks (its barrier left out): what a call costs, for do no harm,
+    /// unmoved by the first calls' set-up and by preemptions.
+    pub fastest_call: Option<u64>,
     /// The latest decided search (for the report).
     pub decided: Option<Plan>,
     pub reason: Option<&'static str>,

@@ -10,8 +10,24 @@
 /// What a search costs over what it gains, per instance: a search instance runs a codelet that
 /// is typically far slower than the best (about 30 % of native's time lost, the codelets'
 /// benchmarks in LD_PRELOAD.md), and a winner typically saves about 15 % of native's time
-/// per call. A search is worth it when the calls to come are this many times its instances.
+/// per call (`GAIN`). A search is worth it when the calls to come are this many times its
+/// instances.
 pub const COST_OVER_GAIN: f64 = 2.0;
+
+/// The share of a call a winner typically saves.
+pub const GAIN: f64 = 0.15;
+
+/// What a search of `instances` costs, counted in instances, when it also holds `collectives`
+/// small collectives of its own (a barrier before each timed sample, a reduction per round and
+/// per check), each `collective_over_call` times as long as the key's call. Where calls are
+/// short these dominate: on the 1 Gbit/s rig an 8-byte alltoall takes 50 us and the tuner's
+/// reduction about 500 us, so a search's 40 collectives cost what 400 calls do, and searching a
+/// 400-call run made it 1.10 times slower than native.
+pub fn search_cost(instances: u64, collectives: u64, collective_over_call: f64) -> u64 {
+    let lost_per_instance = GAIN * COST_OVER_GAIN;
+    let extra = collectives as f64 * collective_over_call.max(0.0) / lost_per_instance;
+    instances.saturating_add(extra.round() as u64)
+}
 
 /// The key's calls still to come: `calls` so far, the key first called at call `born` of its
 /// communicator, which is now at call `now`.
@@ -59,6 +75,20 @@ mod tests {
         assert!(worth_searching(112, 0, 111, 56));
         // A key that appeared late and is called rarely waits longer.
         assert!(!worth_searching(5, 1000, 1100, 56));
+    }
+
+    #[test]
+    fn collectives_as_long_as_calls_make_a_search_cost_more() {
+        assert_eq!(search_cost(56, 40, 0.0), 56);
+        // 40 collectives each 10 calls long: 400 calls, of which an instance loses 0.3.
+        assert_eq!(search_cost(56, 40, 10.0), 56 + 1333);
+        assert_eq!(
+            search_cost(56, 40, 0.001),
+            56,
+            "negligible beside long calls"
+        );
+        assert!(!worth_searching(400, 0, 399, search_cost(56, 40, 10.0)));
+        assert!(worth_searching(400, 0, 399, search_cost(56, 40, 0.01)));
     }
 
     #[test]

@@ -45,14 +45,15 @@ pub fn warmup_reason(instances: u64, warmup: u64) -> String {
     format!("called {instances} times, fewer than COMMTUNE_WARMUP={warmup}")
 }
 
-/// Why a warm key is not searched yet (do no harm, `budget`): a search of up to `instances`
-/// calls against the `remaining` calls expected.
+/// Why a warm key is not searched yet (do no harm, `budget`): a search costing `instances`
+/// (`budget::search_cost`) against the `remaining` calls expected.
 pub fn not_worth_reason(instances: u64, remaining: f64) -> String {
     format!(
-        "not searched yet: a search takes up to {instances} calls of mostly slower codelets, and \
-         about {remaining:.0} more calls are expected (as many as so far, at this call's rate), \
-         fewer than {} times the search's; a search starts when the run has gone on long enough \
-         to pay for it (COMMTUNE_BUDGET=1: at once)",
+        "not searched yet: a search costs as much as {instances} calls of mostly slower \
+         codelets (its own barriers and reductions counted in), and about {remaining:.0} more \
+         calls are expected (as many as so far, at this call's rate), fewer than {} times that; \
+         a search starts when the run has gone on long enough to pay for it \
+         (COMMTUNE_BUDGET=1: at once)",
         crate::budget::COST_OVER_GAIN
     )
 }

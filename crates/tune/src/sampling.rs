@@ -34,6 +34,23 @@ pub fn search_instances(candidates: usize, timing: Timing, block: usize, samples
     (candidates * block_for(timing, block)) as u64 * u64::from(samples.max(1))
 }
 
+/// The small collectives a search of `candidates` codelets holds at most besides its instances:
+/// a barrier before each timed sample (`barrier` timing) or each block (`period`), a reduction
+/// per round, and the self-check's reduction and its trial's.
+pub fn search_collectives(candidates: usize, timing: Timing, block: usize, samples: u32) -> u64 {
+    if candidates <= 1 {
+        return 0;
+    }
+    let block = block_for(timing, block);
+    let blocks = candidates as u64 * u64::from(samples.max(1));
+    let barriers = match timing {
+        Timing::Local => 0,
+        Timing::Barrier => blocks * block.saturating_sub(1).max(1) as u64,
+        Timing::Period => blocks,
+    };
+    barriers + u64::from(samples.max(1)) + 2
+}
+
 /// One key's search: the policy's plan and the samples its instances give.
 #[derive(Debug)]
 pub struct Sampler {
@@ -295,6 +312,24 @@ mod tests {
             s.ran(start, *clock, *clock - start);
             *clock += gap;
         }
+    }
+
+    #[test]
+    fn search_collectives_counts_the_barriers_a_round_holds() {
+        for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
+            for block in [1, 3] {
+                let mut s = Sampler::new(plan(&[0, 1]), timing, block);
+                let (_, barriers) = round(&mut s, &mut 0, 0, |_, _| 100);
+                let per_round = barriers.iter().filter(|b| **b).count() as u64;
+                // Four rounds, a reduction each, and the self-check's two.
+                assert_eq!(
+                    search_collectives(2, timing, block, 4),
+                    4 * per_round + 4 + 2,
+                    "{timing:?}, blocks of {block}"
+                );
+            }
+        }
+        assert_eq!(search_collectives(1, Timing::Barrier, 1, 4), 0);
     }
 
     #[test]
