@@ -6,6 +6,7 @@
 
 mod agreement;
 mod episode;
+pub mod history;
 mod rank_tuner;
 
 pub use rank_tuner::report as tuning_report;
