@@ -6,7 +6,8 @@
 //! warm-up. Halo decisions are each rank's alone, so nothing here is agreed; a rank reads the
 //! same files in the same order, and so predicts the same, whenever it reads.
 //!
-//! At MPI_Finalize each rank hands the entries of its decided classes (`entries`) to the
+//! At MPI_Finalize each rank hands the entries of its decided classes (`entries`, from
+//! `rank_tuner::decided`) to the
 //! report's gather (one message per rank on the report's private communicator, which carries
 //! them anyway), and rank 0 writes every rank's after MPI_Finalize (`report::history`).
 
@@ -20,7 +21,6 @@ use commtune_history::halo::{self, Episode, HaloEntry};
 use commtune_history::{Estimate, How};
 use commtune_tune::classes::class_name;
 
-use super::rank_tuner;
 use crate::runtime::{self, Process};
 use crate::say::say;
 use crate::sync::lock;
@@ -94,8 +94,8 @@ pub fn recorded(episode: &Episode) -> Option<HaloEntry> {
     }
 }
 
-/// This rank's decided halo classes as history entries (none without a store).
-pub fn entries(process: &Process) -> Vec<HaloEntry> {
+/// This rank's decided halo classes (`decided`) as history entries (none without a store).
+pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec<HaloEntry> {
     if knowledge::store(runtime::config()).is_none() {
         return Vec::new();
     }
@@ -103,7 +103,7 @@ pub fn entries(process: &Process) -> Vec<HaloEntry> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let platform = knowledge::platform(process);
-    rank_tuner::decided()
+    decided()
         .into_iter()
         .map(|d| HaloEntry {
             size_class: class_name(d.episode.bytes),

@@ -77,7 +77,10 @@ impl Gathered {
 /// Collective over MPI_COMM_WORLD (called from MPI_Finalize on every rank): on rank 0, the data
 /// of every rank.
 pub fn gather(process: &Process) -> Option<Gathered> {
-    let mine: Contribution = (rank_data(process), halo::history::entries(process));
+    let mine: Contribution = (
+        rank_data(process),
+        halo::history::entries(process, halo::decided),
+    );
     let mine = match serde_json::to_vec(&mine) {
         Ok(bytes) => bytes,
         Err(e) => {
