@@ -688,51 +688,55 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
 /// net confirmed, each with the timing its estimates were measured with. Not: a prediction not
 /// yet verified, a class the self-check sent back to native.
 pub fn decided() -> Vec<Decided> {
-    let us = clock::ns_per_tick() * 1e-3;
-    let names = codelets::names(Op::Halo);
-    let timing = runtime::config().tuning.timing;
     let mut seen = rustc_hash::FxHashSet::default();
-    let mut decided = Vec::new();
-    for class in CLASS_OF.iter().map(|c| c.value().clone()) {
-        if !seen.insert(class.id) {
-            continue;
-        }
-        let t = lock(&class.tuner);
-        let (Some(p), None) = (&t.production, t.reason) else {
-            continue;
-        };
-        let confirmed = t
-            .prediction
-            .as_ref()
-            .filter(|h| h.outcome == CONFIRMED && t.searches == 0);
-        let (estimates, realised_us, how) = match (confirmed, &t.decided) {
-            (Some(h), _) => (
-                vec![commtune_report::CodeletEstimate {
-                    name: h.winner.clone(),
-                    estimate_us: h.estimate_us.unwrap_or(h.predicted_us),
-                    error_us: 0.0,
-                }],
-                h.measured_us,
-                How::PredictionConfirmed,
-            ),
-            (None, Some(plan)) if p.from_history.is_none() => (
-                plan.report_estimates(&names, clock::ns_per_tick()),
-                t.checked.map(|(_, realised, _, _)| realised * us),
-                How::Search,
-            ),
-            _ => continue,
-        };
-        decided.push(Decided {
-            episode: class.episode.clone(),
-            signature: class.signature.clone(),
-            estimates,
-            timing: t.timing.unwrap_or(timing),
-            realised_us,
-            winner: names[p.winner],
-            how,
-        });
-    }
-    decided
+    CLASS_OF
+        .iter()
+        .map(|c| c.value().clone())
+        .filter(|class| seen.insert(class.id))
+        .filter_map(|class| decision(&class))
+        .collect()
+}
+
+/// What `class` decided, if it is to be recorded (see `decided`).
+fn decision(class: &Class) -> Option<Decided> {
+    let names = codelets::names(Op::Halo);
+    let t = lock(&class.tuner);
+    let (Some(p), None) = (&t.production, t.reason) else {
+        return None;
+    };
+    let confirmed = t
+        .prediction
+        .as_ref()
+        .filter(|h| h.outcome == CONFIRMED && t.searches == 0);
+    let (estimates, realised_us, how) = match (confirmed, &t.decided) {
+        (Some(h), _) => (
+            vec![commtune_report::CodeletEstimate {
+                name: h.winner.clone(),
+                estimate_us: h.estimate_us.unwrap_or(h.predicted_us),
+                error_us: 0.0,
+            }],
+            h.measured_us,
+            How::PredictionConfirmed,
+        ),
+        (None, Some(plan)) => (
+            plan.report_estimates(&names, clock::ns_per_tick()),
+            // A check of this decision (one that reopened the search judged the one before).
+            t.checked
+                .filter(|&(_, _, _, verdict)| verdict == Verdict::Kept)
+                .map(|(_, realised, _, _)| realised * clock::ns_per_tick() * 1e-3),
+            How::Search,
+        ),
+        _ => return None,
+    };
+    Some(Decided {
+        episode: class.episode.clone(),
+        signature: class.signature.clone(),
+        estimates,
+        timing: t.timing.unwrap_or(runtime::config().tuning.timing),
+        realised_us,
+        winner: names[p.winner],
+        how,
+    })
 }
 
 #[cfg(test)]
@@ -758,6 +762,83 @@ mod tests {
         lock(&class.tuner).production = Some(Production::new(winner, None));
         TUNING.insert(id, class.clone());
         class
+    }
+
+    /// A class (not in the tables) that the history predicted to run `pairwise` at 100 µs per
+    /// episode, in production with it, its safety net to come.
+    fn predicted() -> Class {
+        let class = Class {
+            id: 0,
+            comms: Vec::new(),
+            live: AtomicBool::new(true),
+            tuner: Mutex::default(),
+            episode: Episode {
+                comm_size: 2,
+                rank: 1,
+                shape: "0123456789abcdef".into(),
+                messages: 2,
+                bytes: 1024,
+            },
+            signature: String::new(),
+        };
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        {
+            let mut t = lock(&class.tuner);
+            t.prediction = Some(HistoryPrediction {
+                predictor: "closest".into(),
+                from: Vec::new(),
+                winner: CODELETS[pairwise].name.into(),
+                predicted_us: 100.0,
+                measured_us: None,
+                estimate_us: Some(90.0),
+                pmax: 0.1,
+                outcome: VERIFYING.into(),
+                saved_instances: 8,
+            });
+            let mut production = Production::new(pairwise, None);
+            production.from_history = Some(100.0);
+            t.production = Some(production);
+        }
+        class
+    }
+
+    /// Clock ticks of `us` microseconds.
+    fn ticks(us: f64) -> f64 {
+        us * 1e3 / clock::ns_per_tick()
+    }
+
+    #[test]
+    fn a_prediction_within_pmax_is_confirmed_and_recorded_as_such() {
+        let class = predicted();
+        assert!(decision(&class).is_none(), "not recorded while verifying");
+        let mut t = lock(&class.tuner);
+        safety_net(&mut t, 100.0, ticks(105.0));
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, CONFIRMED);
+        assert_eq!(prediction.saved_instances, 8);
+        assert!((prediction.measured_us.unwrap() - 105.0).abs() < 1e-6);
+        assert!(t.production.is_some() && t.search.is_none());
+        drop(t);
+        let d = decision(&class).expect("a confirmed prediction is recorded");
+        assert_eq!((d.how, d.winner), (How::PredictionConfirmed, "pairwise"));
+        assert_eq!(d.estimates.len(), 1);
+        assert_eq!(d.estimates[0].estimate_us, 90.0, "the searches' estimate");
+        assert!((d.realised_us.unwrap() - 105.0).abs() < 1e-6);
+        assert_eq!((d.episode.rank, d.episode.bytes), (1, 1024));
+    }
+
+    #[test]
+    fn a_prediction_beyond_pmax_is_dismissed_and_searched() {
+        let class = predicted();
+        let mut t = lock(&class.tuner);
+        safety_net(&mut t, 100.0, ticks(150.0));
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, DISMISSED);
+        assert_eq!(prediction.saved_instances, 0);
+        assert!(t.production.is_none() && t.search.is_some());
+        assert_eq!(t.searches, 1);
+        drop(t);
+        assert!(decision(&class).is_none(), "searching: nothing decided yet");
     }
 
     #[test]
