@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Flavour, Mpich, OpenMpi, cli, compile, run, scratch, sites};
+use common::{Flavour, Job, Mpich, OpenMpi, cli, compile, run, scratch, sites};
 use commtune_history::How;
 use commtune_history::halo::HaloEntry;
 use serde_json::Value;
@@ -35,8 +35,8 @@ const TUNING: &[(&str, &str)] = &[
 const PAIRWISE_WINS: &str = "halo:native=10ms,halo:pairwise=2ms";
 
 /// The stencil (a 2-D periodic torus, 80 exchanges) on 2 ranks, tuned with `delays`, recording
-/// into and predicting from `store`; the report's halo exchange's tuning.
-fn stencil(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
+/// into and predicting from `store`.
+fn stencil_job(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job {
     let program = compile(flavour, "stencil.c", dir);
     let mut job = run(flavour, 2, &program, dir)
         .args(&["2", "12", "1", "1", "80", "waitall", "none", "sends_first"])
@@ -47,6 +47,12 @@ fn stencil(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
     }
     let job = job.go();
     job.assert_success();
+    job
+}
+
+/// `stencil_job` with no warning; the report's halo exchange's tuning.
+fn stencil(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
+    let job = stencil_job(flavour, dir, store, delays);
     assert!(
         !job.stderr().contains("history store"),
         "no warning about the store: {}",
@@ -271,4 +277,32 @@ fn collective_readers_ignore_halo_entries() {
     let (with, without) = (exported(&store), exported(&without));
     assert!(with.contains("allreduce"), "{with}");
     assert_eq!(with, without, "commtune export");
+}
+
+/// A damaged halo file is one warning line on rank 0; the job's entries are added all the same.
+#[test]
+fn a_damaged_halo_file_is_one_warning() {
+    let dir = scratch("halo-history-damaged");
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(
+        store.join("future.halo"),
+        "{\"commtune_halo_history\":99}\n{}\n",
+    )
+    .unwrap();
+    let job = stencil_job(OpenMpi, &dir, &store, PAIRWISE_WINS);
+    let stderr = job.stderr();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("history store"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("ignored 1 file (future.halo: format version 99"),
+        "{}",
+        lines[0]
+    );
+    let loaded = commtune_history::halo::load(&store);
+    assert_eq!((loaded.files, loaded.skipped_files), (1, 1));
+    assert_eq!(loaded.entries.len(), 2, "both ranks' decisions");
 }

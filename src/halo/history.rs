@@ -58,7 +58,9 @@ pub fn start(process: &'static Process) {
 /// This rank's entries of the store `dir`.
 fn read(process: &Process, dir: &Path) -> Recorded {
     let loaded = halo::load(dir);
+    // A directory that cannot be listed is the collective reader's one line already.
     if process.rank == 0
+        && !loaded.unreadable()
         && let Some(warning) = loaded.warning(dir)
     {
         say!("{warning}");
