@@ -1,9 +1,9 @@
 //! Halo decisions across runs with real MPI jobs (tests/programs/stencil.c on 2 ranks, Open MPI
 //! and MPICH): every rank's decision reaches the store, a second run of the same stencil starts
 //! each rank's exchange in production with the recorded winner and the safety net confirms it
-//! (no search), a slowed-down winner is dismissed by the safety net and searched, and the
-//! collective-only readers (`commtune map`, `commtune export`) say the same with halo entries in
-//! the store as without.
+//! (no search), a slowed-down winner is dismissed by the safety net and searched, the
+//! collective-only readers (`commtune map`, `export`, `history`) say the same with halo entries in
+//! the store as without, and a damaged halo file is one warning line.
 
 mod common;
 
