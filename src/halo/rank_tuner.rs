@@ -397,7 +397,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
 
 /// The safety net of a class that started from the history's prediction of `predicted_us` per
 /// episode, whose winner realised `realised` ticks per episode in its first window: within
-/// COMMTUNE_PMAX confirms it (production goes on, drift-free as after a checked search);
+/// COMMTUNE_PMAX confirms it (production goes on, as after a search its self-check kept);
 /// slower dismisses it, and the class is searched from here.
 fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
     let measured_us = realised * clock::ns_per_tick() * 1e-3;
