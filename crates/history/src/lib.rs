@@ -7,7 +7,8 @@
 //! reader never sees a file being written and jobs finishing at once never write the same file
 //! (no lock: shared cluster file systems lock badly, and a rename within a directory is atomic
 //! on every POSIX file system). A file's first line is the version header
-//! `{"commtune_history":2}`; every further line is one `Entry` as JSON.
+//! `{"commtune_history":2}`; every further line is one `Entry` as JSON. Halo decisions are in
+//! files of their own, `.halo` (`halo`), which readers of these files never list.
 //!
 //! Versions: a new version marks a change that an older reader would misread (version 2 added
 //! each entry's `timing`: a reader that ignored it would compare times measured in different
@@ -42,10 +43,7 @@ pub const VERSION: u32 = 2;
 /// The oldest version this crate reads.
 pub const OLDEST: u32 = 1;
 
-/// The first line of every file of collective entries: `{"commtune_history":2}`.
-const HEADER: &str = "commtune_history";
-
-/// The files of a store: collective entries (`.jsonl`) and halo entries (`halo`).
+/// The files of a store: collective entries (`COLLECTIVES`) and halo entries (`halo`).
 struct Kind {
     /// How a file's name ends.
     suffix: &'static str,
@@ -55,9 +53,10 @@ struct Kind {
     version: u32,
 }
 
+/// Collective entries: `.jsonl` files whose first line is `{"commtune_history":2}`.
 const COLLECTIVES: Kind = Kind {
     suffix: ".jsonl",
-    header: HEADER,
+    header: "commtune_history",
     oldest: OLDEST,
     version: VERSION,
 };
@@ -402,9 +401,10 @@ fn parse<T: DeserializeOwned>(
 ) -> Result<(usize, String), String> {
     let mut lines = bytes.split(|b| *b == b'\n');
     let header = lines.next().unwrap_or_default();
-    let version = serde_json::from_slice::<std::collections::BTreeMap<String, u32>>(header)
+    // Other fields of the header are ignored, as a newer version may add some.
+    let version = serde_json::from_slice::<serde_json::Value>(header)
         .ok()
-        .and_then(|h| h.get(kind.header).copied());
+        .and_then(|h| u32::try_from(h.get(kind.header)?.as_u64()?).ok());
     let (oldest, newest) = (kind.oldest, kind.version);
     match version {
         Some(v) if (oldest..=newest).contains(&v) => {}
