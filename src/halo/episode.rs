@@ -15,6 +15,7 @@ use std::hash::Hasher;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
+use commtune_history::halo::Episode;
 use commtune_report::Op;
 use commtune_tune::classes::size_class;
 use dashmap::DashMap;
@@ -334,7 +335,9 @@ impl Tracker {
         let class = match self.predicted_class.take() {
             Some(class) if expected && class.is_live() => Some((class, Some(self.codelet))),
             _ if tuned => Some((
-                rank_tuner::class(entry, handles(ops), communicators(ops)),
+                rank_tuner::class(entry, handles(ops), communicators(ops), || {
+                    identity(ops, entry.description.bytes_per_call)
+                }),
                 None,
             )),
             _ => None,
@@ -384,6 +387,38 @@ fn communicators(ops: &[Posted]) -> u64 {
         }
     }
     h.finish()
+}
+
+/// The episode as the history store names it across runs (`commtune_history::halo::Episode`),
+/// moving `bytes`: this rank in MPI_COMM_WORLD, and its messages with peers relative to this
+/// rank in their communicator (a peer that is no rank, MPI_PROC_NULL or MPI_ANY_SOURCE, as
+/// `u32::MAX`).
+fn identity(ops: &[Posted], bytes: u64) -> Episode {
+    let (rank, size) = runtime::process().map_or((0, 1), |p| (p.rank, p.size));
+    let mut place: Option<(usize, c_int, c_int)> = None;
+    let mut messages = Vec::with_capacity(ops.len());
+    for op in ops {
+        let bits = op.comm.bits();
+        // Consecutive messages mostly share their communicator: one query for them.
+        let (_, me, members) = match place {
+            Some(known) if known.0 == bits => known,
+            _ => *place.insert((bits, mpi::comm_rank(op.comm), mpi::comm_size(op.comm))),
+        };
+        let peer = if (0..members).contains(&op.peer) {
+            (op.peer - me).rem_euclid(members) as u32
+        } else {
+            u32::MAX
+        };
+        let bytes = (op.count * mpi::type_size(op.datatype)).max(0) as u64;
+        messages.push((op.kind == PointToPointKind::Send, peer, bytes));
+    }
+    Episode {
+        comm_size: size,
+        rank,
+        shape: commtune_history::halo::shape(messages),
+        messages: ops.len() as u32,
+        bytes,
+    }
 }
 
 /// Why the forced halo codelet `forced` did not run an episode whose messages it did not post

@@ -6,9 +6,10 @@
 
 mod agreement;
 mod episode;
+pub mod history;
 mod rank_tuner;
 
-pub use rank_tuner::report as tuning_report;
+pub use rank_tuner::{decided, report as tuning_report};
 
 use std::cell::RefCell;
 use std::ffi::c_int;

@@ -21,6 +21,11 @@
 //! codelet); a wrong decision searches again once with the other timing, a second one keeps the
 //! runner-up that beat it.
 //!
+//! A class whose episode the history store recorded for this rank (`history`) starts in
+//! production with the recorded winner at the end of its warm-up instead of searching, and its
+//! first window of production instances is the safety net: within COMMTUNE_PMAX of the
+//! predicted time (`check::prediction_holds`) confirms it, slower dismisses it and searches.
+//!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
 //! found once per episode prediction (`episode`) and then handed back with each completion, so
@@ -31,11 +36,14 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use commtune_report::{Op, TuningData};
+use commtune_history::How;
+use commtune_history::halo::Episode;
+use commtune_report::{HistoryPrediction, HistorySource, Op, TuningData};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
+use super::history::{self, Decided};
 use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
@@ -45,8 +53,9 @@ use commtune_tune::{Candidate, Next, Partners, Plan, Timing, budget};
 use crate::codelets;
 use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
-use crate::runtime;
 use crate::sync::lock;
+use crate::tuner::{CONFIRMED, DISMISSED, VERIFYING};
+use crate::{clock, runtime};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
@@ -76,6 +85,10 @@ struct EpisodeTuner {
     /// a search would not pay for itself yet (its instances, the instances expected to come).
     born: Option<u64>,
     not_worth: Option<(u64, f64)>,
+    /// Whether the history was asked for this class's episode (once, at the end of warm-up),
+    /// and what it predicted, for the report.
+    consulted: bool,
+    prediction: Option<HistoryPrediction>,
 }
 
 /// Halo episodes this rank completed, all classes: the run's clock for do no harm (counted, like
@@ -110,6 +123,8 @@ struct Production {
     predicted: Option<Prediction>,
     /// The runner-up on trial after the winner missed, and the winner's realised time.
     trial: Option<(usize, f64)>,
+    /// The history's predicted time per episode (µs) until the safety net judges it.
+    from_history: Option<f64>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
     /// The self-check's window: where its first instance started (period: the completion before
@@ -127,6 +142,9 @@ pub struct Class {
     /// False once dropped: an episode predicted to be in it finds its class anew.
     live: AtomicBool,
     tuner: Mutex<EpisodeTuner>,
+    /// Its first episode as the history names it, and as the report shows it.
+    episode: Episode,
+    signature: String,
 }
 
 impl Class {
@@ -145,9 +163,14 @@ static CLASS_OF: LazyLock<DashMap<usize, Arc<Class>, FxBuildHasher>> =
 
 /// The tuning class of an instance of `entry` on the communicators `comms` (handles) whose
 /// epochs hash to `epochs` (`comms::Communicator::epoch`: a freed handle's successor gets a new
-/// one). Off the settled path: an episode predicted to be `entry` reuses its class while it is
-/// live.
-pub fn class(entry: &Entry, comms: Vec<usize>, epochs: u64) -> Arc<Class> {
+/// one); `episode` names a new class's episode for the history. Off the settled path: an
+/// episode predicted to be `entry` reuses its class while it is live.
+pub fn class(
+    entry: &Entry,
+    comms: Vec<usize>,
+    epochs: u64,
+    episode: impl FnOnce() -> Episode,
+) -> Arc<Class> {
     let mut h = FxHasher::default();
     h.write_u64(entry.description.class.unwrap_or(entry.id() as u64));
     h.write_u64(epochs);
@@ -160,6 +183,8 @@ pub fn class(entry: &Entry, comms: Vec<usize>, epochs: u64) -> Arc<Class> {
                 comms,
                 live: AtomicBool::new(true),
                 tuner: Mutex::default(),
+                episode: episode(),
+                signature: entry.description.signature.clone(),
             })
         })
         .clone();
@@ -222,7 +247,10 @@ pub fn completed(
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
-            self_check(t, predicted, realised);
+            match p.from_history.take() {
+                Some(predicted_us) => safety_net(t, predicted_us, realised),
+                None => self_check(t, predicted, realised),
+            }
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
             // No evidence against the winner.
             t.checked = Some((predicted, realised, None, Verdict::Kept));
@@ -231,7 +259,12 @@ pub fn completed(
     }
     let Some(search) = &mut t.search else {
         let born = *t.born.get_or_insert(now_episode);
-        if t.instances >= runtime::config().tuning.warmup && worth_searching(t, born, now_episode) {
+        let warm = t.instances >= runtime::config().tuning.warmup;
+        // A predicted class costs no search: the budget does not hold it back.
+        if warm && !std::mem::replace(&mut t.consulted, true) && start_predicted(t, class) {
+            return Measured::Other;
+        }
+        if warm && worth_searching(t, born, now_episode) {
             start_search(t);
         }
         return Measured::Other;
@@ -301,6 +334,91 @@ fn instance_start(
             .map(|(at, _)| at),
         Timing::Local | Timing::Barrier => Some(now.saturating_sub(ticks)),
     }
+}
+
+/// Starts class `class` (tuner `t`) in production with the winner the history recorded for its
+/// episode on this rank, if it did and the winner may run here. Returns whether it started.
+fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
+    let Some(recorded) = history::recorded(&class.episode) else {
+        return false;
+    };
+    let candidates = Search::candidates();
+    let names = codelets::names(Op::Halo);
+    let winner = candidates
+        .iter()
+        .map(|c| c.index)
+        .find(|&i| names[i] == recorded.winner);
+    let (Some(winner), Some(predicted_us)) = (winner, recorded.predicted_us()) else {
+        return false;
+    };
+    let settings = runtime::config().tuning;
+    let timing = settings.timing;
+    let estimate_us = recorded
+        .estimates
+        .iter()
+        .find(|e| e.codelet == recorded.winner)
+        .map(|e| e.us);
+    t.prediction = Some(HistoryPrediction {
+        // The same rank's identical episode: the closest entry, at distance 0.
+        predictor: "closest".to_string(),
+        from: vec![HistorySource {
+            comm_size: recorded.episode.comm_size,
+            bytes: recorded.episode.bytes,
+            how: recorded.how.name().to_string(),
+        }],
+        winner: recorded.winner.clone(),
+        predicted_us,
+        measured_us: None,
+        estimate_us: recorded.realised_us.and(estimate_us),
+        pmax: runtime::config().pmax,
+        outcome: VERIFYING.to_string(),
+        saved_instances: sampling::search_instances(
+            candidates.len(),
+            timing,
+            settings.block as usize,
+            settings.samples,
+        ),
+    });
+    let ticks = predicted_us * 1e3 / clock::ns_per_tick();
+    let checked = Prediction {
+        winner: ticks,
+        runner_up: None,
+        timing,
+    };
+    let mut production = Production::new(winner, Some(checked));
+    production.from_history = Some(predicted_us);
+    t.production = Some(production);
+    t.timeline.push(Mark::Decision {
+        call: t.instances,
+        winner,
+    });
+    true
+}
+
+/// The safety net of a class that started from the history's prediction of `predicted_us` per
+/// episode, whose winner realised `realised` ticks per episode in its first window: within
+/// COMMTUNE_PMAX confirms it (production goes on, as after a search its self-check kept);
+/// slower dismisses it, and the class is searched from here.
+fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
+    let measured_us = realised * clock::ns_per_tick() * 1e-3;
+    let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
+    if let Some(prediction) = &mut t.prediction {
+        prediction.measured_us = Some(measured_us);
+        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
+        if !confirmed {
+            prediction.saved_instances = 0;
+        }
+    }
+    if confirmed {
+        return;
+    }
+    t.timeline.push(Mark::Drift {
+        call: t.instances,
+        ratio: measured_us / predicted_us,
+        reopened: true,
+    });
+    t.production = None;
+    start_search(t);
 }
 
 /// Starts a search of `t`, with the timing a self-check chose if one did.
@@ -376,6 +494,7 @@ impl Production {
             winner,
             predicted,
             trial: None,
+            from_history: None,
             instances: 0,
             window_start: None,
             window: Vec::new(),
@@ -560,7 +679,64 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     data.check = t.checked.map(|(predicted, realised, runner_up, verdict)| {
         predicted.report(realised, runner_up, verdict, &names, ns_per_tick)
     });
+    data.prediction = t.prediction.clone();
     data
+}
+
+/// What each of this rank's classes in production decided (once per class), for the history:
+/// a search's decision (its self-check's realised time if it ran), or a prediction the safety
+/// net confirmed, each with the timing its estimates were measured with. Not: a prediction not
+/// yet verified, a class the self-check sent back to native.
+pub fn decided() -> Vec<Decided> {
+    let mut seen = rustc_hash::FxHashSet::default();
+    CLASS_OF
+        .iter()
+        .map(|c| c.value().clone())
+        .filter(|class| seen.insert(class.id))
+        .filter_map(|class| decision(&class))
+        .collect()
+}
+
+/// What `class` decided, if it is to be recorded (see `decided`).
+fn decision(class: &Class) -> Option<Decided> {
+    let names = codelets::names(Op::Halo);
+    let t = lock(&class.tuner);
+    let (Some(p), None) = (&t.production, t.reason) else {
+        return None;
+    };
+    let confirmed = t
+        .prediction
+        .as_ref()
+        .filter(|h| h.outcome == CONFIRMED && t.searches == 0);
+    let (estimates, realised_us, how) = match (confirmed, &t.decided) {
+        (Some(h), _) => (
+            vec![commtune_report::CodeletEstimate {
+                name: h.winner.clone(),
+                estimate_us: h.estimate_us.unwrap_or(h.predicted_us),
+                error_us: 0.0,
+            }],
+            h.measured_us,
+            How::PredictionConfirmed,
+        ),
+        (None, Some(plan)) => (
+            plan.report_estimates(&names, clock::ns_per_tick()),
+            // A check of this decision (one that reopened the search judged the one before).
+            t.checked
+                .filter(|&(_, _, _, verdict)| verdict == Verdict::Kept)
+                .map(|(_, realised, _, _)| realised * clock::ns_per_tick() * 1e-3),
+            How::Search,
+        ),
+        _ => return None,
+    };
+    Some(Decided {
+        episode: class.episode.clone(),
+        signature: class.signature.clone(),
+        estimates,
+        timing: t.timing.unwrap_or(runtime::config().tuning.timing),
+        realised_us,
+        winner: names[p.winner],
+        how,
+    })
 }
 
 #[cfg(test)]
@@ -574,10 +750,95 @@ mod tests {
             comms,
             live: AtomicBool::new(true),
             tuner: Mutex::default(),
+            episode: Episode {
+                comm_size: 1,
+                rank: 0,
+                shape: String::new(),
+                messages: 0,
+                bytes: 0,
+            },
+            signature: String::new(),
         });
         lock(&class.tuner).production = Some(Production::new(winner, None));
         TUNING.insert(id, class.clone());
         class
+    }
+
+    /// A class (not in the tables) that the history predicted to run `pairwise` at 100 µs per
+    /// episode, in production with it, its safety net to come.
+    fn predicted() -> Class {
+        let class = Class {
+            id: 0,
+            comms: Vec::new(),
+            live: AtomicBool::new(true),
+            tuner: Mutex::default(),
+            episode: Episode {
+                comm_size: 2,
+                rank: 1,
+                shape: "0123456789abcdef".into(),
+                messages: 2,
+                bytes: 1024,
+            },
+            signature: String::new(),
+        };
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        {
+            let mut t = lock(&class.tuner);
+            t.prediction = Some(HistoryPrediction {
+                predictor: "closest".into(),
+                from: Vec::new(),
+                winner: CODELETS[pairwise].name.into(),
+                predicted_us: 100.0,
+                measured_us: None,
+                estimate_us: Some(90.0),
+                pmax: 0.1,
+                outcome: VERIFYING.into(),
+                saved_instances: 8,
+            });
+            let mut production = Production::new(pairwise, None);
+            production.from_history = Some(100.0);
+            t.production = Some(production);
+        }
+        class
+    }
+
+    /// Clock ticks of `us` microseconds.
+    fn ticks(us: f64) -> f64 {
+        us * 1e3 / clock::ns_per_tick()
+    }
+
+    #[test]
+    fn a_prediction_within_pmax_is_confirmed_and_recorded_as_such() {
+        let class = predicted();
+        assert!(decision(&class).is_none(), "not recorded while verifying");
+        let mut t = lock(&class.tuner);
+        safety_net(&mut t, 100.0, ticks(105.0));
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, CONFIRMED);
+        assert_eq!(prediction.saved_instances, 8);
+        assert!((prediction.measured_us.unwrap() - 105.0).abs() < 1e-6);
+        assert!(t.production.is_some() && t.search.is_none());
+        drop(t);
+        let d = decision(&class).expect("a confirmed prediction is recorded");
+        assert_eq!((d.how, d.winner), (How::PredictionConfirmed, "pairwise"));
+        assert_eq!(d.estimates.len(), 1);
+        assert_eq!(d.estimates[0].estimate_us, 90.0, "the searches' estimate");
+        assert!((d.realised_us.unwrap() - 105.0).abs() < 1e-6);
+        assert_eq!((d.episode.rank, d.episode.bytes), (1, 1024));
+    }
+
+    #[test]
+    fn a_prediction_beyond_pmax_is_dismissed_and_searched() {
+        let class = predicted();
+        let mut t = lock(&class.tuner);
+        safety_net(&mut t, 100.0, ticks(150.0));
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, DISMISSED);
+        assert_eq!(prediction.saved_instances, 0);
+        assert!(t.production.is_none() && t.search.is_some());
+        assert_eq!(t.searches, 1);
+        drop(t);
+        assert!(decision(&class).is_none(), "searching: nothing decided yet");
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub extern "C" fn commtune_init(
         let _ = crate::comms::private(mpi::comm_world());
         prepare();
         tuner::knowledge::start(process);
+        crate::halo::history::start(process);
     }
     rc
 }

@@ -1,10 +1,12 @@
 //! The history store (COMMTUNE_HISTORY; the format is `commtune_history`'s): after MPI_Finalize,
 //! rank 0 of a tuned job adds one file with what this job decided: its searches' decisions and
-//! the predictions its self-check confirmed. It never fails the job: a problem is one line on
+//! the predictions its self-check confirmed; and one file of every rank's halo decisions
+//! (`commtune_history::halo`, gathered with the report: `halo::history`). It never fails the job: a problem is one line on
 //! stderr. Every rank reads the store at MPI_Init (`tuner::knowledge`).
 
 use std::time::SystemTime;
 
+use commtune_history::halo::HaloEntry;
 use commtune_history::{self as history, How};
 use commtune_report::Op;
 use rustc_hash::FxHashSet;
@@ -15,20 +17,23 @@ use crate::say::say;
 use crate::tuner::knowledge;
 use crate::{keys, tuner};
 
-/// After MPI_Finalize, on rank 0: adds one entry per decided key, if there is any.
-pub fn record(process: &Process, config: &Config) {
+/// After MPI_Finalize, on rank 0: adds one entry per decided collective key and the ranks'
+/// `halo` entries, each kind's file if it has any.
+pub fn record(process: &Process, config: &Config, halo: &[HaloEntry]) {
     let Some(dir) = knowledge::store(config) else {
         return;
     };
     let entries = entries(process);
-    if entries.is_empty() {
-        return;
-    }
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let name = history::file_name(&runtime::host_name(), std::process::id(), nanos);
-    if let Err(e) = history::write(&dir, &name, &entries) {
+    let written = [
+        (!entries.is_empty()).then(|| history::write(&dir, &name, &entries)),
+        (!halo.is_empty()).then(|| history::halo::write(&dir, &name, halo)),
+    ];
+    // One line even when both files fail (the same directory).
+    if let Some(Err(e)) = written.into_iter().flatten().find(Result::is_err) {
         say!(
             "commtune: warning: cannot add to the history store {}: {e}",
             dir.display()

@@ -9,6 +9,7 @@ use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use commtune_history::halo::HaloEntry;
 use commtune_report::{Aborted, KeyData, Op, RankData, Report, TuningData};
 
 use crate::config::{Config, Mode, ReportTarget};
@@ -50,6 +51,10 @@ fn tuning(entry: &Entry, names: &[&str], ns_per_tick: f64) -> Option<TuningData>
     }
 }
 
+/// What each rank sends rank 0 at MPI_Finalize: its report data, and its halo decisions for the
+/// history store (each rank decides its halo episodes alone, `halo::history`).
+type Contribution = (RankData, Vec<HaloEntry>);
+
 /// Every rank's data as it arrived on rank 0, to publish once MPI is finalized.
 pub struct Gathered(Vec<Vec<u8>>);
 
@@ -59,20 +64,24 @@ impl Gathered {
     /// hung in MPI_Finalize now and then: rank 0 flushing its connections while the others
     /// waited for it).
     pub fn publish(self, process: &Process, config: &Config) {
-        let ranks: Vec<RankData> = self
+        let (ranks, halo): (Vec<RankData>, Vec<Vec<HaloEntry>>) = self
             .0
             .iter()
-            .filter_map(|bytes| serde_json::from_slice(bytes).ok())
-            .collect();
+            .filter_map(|bytes| serde_json::from_slice::<Contribution>(bytes).ok())
+            .unzip();
         publish(&ranks, process, config, None);
-        history::record(process, config);
+        history::record(process, config, &halo.concat());
     }
 }
 
 /// Collective over MPI_COMM_WORLD (called from MPI_Finalize on every rank): on rank 0, the data
 /// of every rank.
 pub fn gather(process: &Process) -> Option<Gathered> {
-    let mine = match serde_json::to_vec(&rank_data(process)) {
+    let mine: Contribution = (
+        rank_data(process),
+        halo::history::entries(process, halo::decided),
+    );
+    let mine = match serde_json::to_vec(&mine) {
         Ok(bytes) => bytes,
         Err(e) => {
             say!(

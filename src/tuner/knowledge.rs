@@ -208,7 +208,7 @@ pub fn entry(entry: &Entry, decision: &Decision, process: &Process) -> history::
 }
 
 /// Ranks of MPI_COMM_WORLD on this host, as the launcher says (Open MPI's mpirun, Hydra).
-fn ranks_per_node() -> Option<u32> {
+pub(crate) fn ranks_per_node() -> Option<u32> {
     ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
         .find_map(|name| std::env::var(name).ok()?.parse().ok())
@@ -217,7 +217,7 @@ fn ranks_per_node() -> Option<u32> {
 /// This machine as the history records it: the writer and every reader call this, so that an
 /// entry matches exactly the jobs that would measure alike. It reads only this process's
 /// environment and files: no communication, and the same on every rank of a cluster's nodes.
-fn platform(process: &Process) -> Platform {
+pub(crate) fn platform(process: &Process) -> Platform {
     static PLATFORM: OnceLock<Platform> = OnceLock::new();
     PLATFORM
         .get_or_init(|| {

@@ -43,8 +43,8 @@ use crate::{clock, runtime};
 
 use self::drift::drift_check;
 use self::search::{checkpoint, end_stalled_search, search_step};
+pub use self::state::{CONFIRMED, DISMISSED, Decision, VERIFYING, forget as comm_freed};
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
-pub use self::state::{Decision, forget as comm_freed};
 
 /// What to run for one call and how to measure it.
 struct Step {

@@ -1,9 +1,10 @@
 //! `commtune history`: the entries of the history store (what earlier jobs' searches decided),
-//! one line each.
+//! one line each: the collectives', then the halo episodes' (each rank's own).
 
 use std::path::{Path, PathBuf};
 
-use commtune_history::{self as history, Entry, Loaded};
+use commtune_history::halo::HaloEntry;
+use commtune_history::{self as history, Entry, Estimate, Loaded};
 
 /// The store to read: `--dir`, else COMMTUNE_HISTORY (unless `off`), else the library's default.
 pub fn dir(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
@@ -70,8 +71,80 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
         "realised (us)",
         "estimates (us)",
     ];
+    out.push_str(&table(heading, &rows));
+    out
+}
+
+/// The halo entries of the store `dir` (what it had to skip: one warning line on stderr), by
+/// ranks, rank, bytes and date; nothing when it has none.
+pub fn halo_text(dir: &Path) -> String {
+    let loaded = history::halo::load(dir);
+    if let Some(warning) = loaded.warning(dir).filter(|_| !loaded.unreadable()) {
+        eprintln!("{warning}");
+    }
+    if loaded.entries.is_empty() {
+        return String::new();
+    }
+    let mut entries: Vec<&HaloEntry> = loaded.entries.iter().collect();
+    entries.sort_by_key(|e| {
+        let episode = &e.episode;
+        (
+            episode.comm_size,
+            episode.rank,
+            episode.bytes,
+            &episode.shape,
+            e.time,
+        )
+    });
+    let rows: Vec<[String; 13]> = entries
+        .iter()
+        .map(|e| {
+            [
+                history::date(e.time),
+                e.episode.comm_size.to_string(),
+                e.episode.rank.to_string(),
+                e.ranks_per_node
+                    .map_or_else(|| "-".to_string(), |r| r.to_string()),
+                e.episode.messages.to_string(),
+                e.size_class.clone(),
+                e.episode.bytes.to_string(),
+                e.episode.shape.clone(),
+                e.winner.clone(),
+                e.how.name().to_string(),
+                e.timing.clone(),
+                e.realised_us
+                    .map_or_else(|| "-".to_string(), |us| format!("{us:.1}")),
+                listed(&e.estimates),
+            ]
+        })
+        .collect();
+    let heading = [
+        "date (UTC)",
+        "ranks",
+        "rank",
+        "per node",
+        "messages",
+        "size class",
+        "bytes",
+        "shape",
+        "winner",
+        "how",
+        "timing",
+        "realised (us)",
+        "estimates (us)",
+    ];
+    format!(
+        "halo episodes: {} entries in {} files\n{}",
+        loaded.entries.len(),
+        loaded.files,
+        table(heading, &rows)
+    )
+}
+
+/// `rows` under `heading`, each column as wide as its widest cell.
+fn table<const N: usize>(heading: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = heading.map(|h| h.chars().count());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -84,8 +157,8 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
             .collect();
         format!("{}\n", padded.join("  ").trim_end())
     };
-    out.push_str(&line(&heading.map(String::from)));
-    for row in &rows {
+    let mut out = line(&heading.map(String::from));
+    for row in rows {
         out.push_str(&line(row));
     }
     out
@@ -101,13 +174,17 @@ fn estimates(entry: &Entry) -> String {
             one_way.error_us,
             entry.bytes as f64 / one_way.us
         ),
-        _ => entry
-            .estimates
-            .iter()
-            .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
-            .collect::<Vec<_>>()
-            .join(" "),
+        _ => listed(&entry.estimates),
     }
+}
+
+/// `native=312.2±1.0 ring=12.0±0.5`.
+fn listed(estimates: &[Estimate]) -> String {
+    estimates
+        .iter()
+        .map(|c| format!("{}={:.1}±{:.1}", c.codelet, c.us, c.error_us))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The store `dir`, merged; what it had to skip is one warning line on stderr.
@@ -167,6 +244,51 @@ mod tests {
             time: 0,
             how: How::Search,
         }
+    }
+
+    #[test]
+    fn lists_halo_entries_by_rank_after_the_collectives() {
+        let dir = std::env::temp_dir().join(format!("commtune-cli-halo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(halo_text(&dir), "", "no halo entries, no section");
+        let e = entry();
+        let halo = |rank| HaloEntry {
+            episode: history::halo::Episode {
+                comm_size: 2,
+                rank,
+                shape: "0123456789abcdef".into(),
+                messages: 8,
+                bytes: 896,
+            },
+            ranks_per_node: Some(2),
+            size_class: "768 B-1 KiB".into(),
+            signature: String::new(),
+            mpi: e.mpi.clone(),
+            platform: e.platform.clone(),
+            estimates: e.estimates.clone(),
+            timing: "local".into(),
+            realised_us: Some(13.5),
+            winner: "ring".into(),
+            time: 0,
+            how: How::Search,
+        };
+        history::halo::write(&dir, "job.jsonl", &[halo(1), halo(0)]).unwrap();
+        let text = halo_text(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "halo episodes: 2 entries in 1 files");
+        assert!(
+            lines[1].starts_with("date (UTC)        ranks  rank  "),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("1970-01-01 00:00  2      0     2         8         768 B-1 KiB  896    0123456789abcdef  ring    search  local   13.5           native=312.2±1.0 ring=12.0±0.5"),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("1970-01-01 00:00  2      1  "),
+            "{text}"
+        );
     }
 
     #[test]

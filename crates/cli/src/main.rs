@@ -398,7 +398,7 @@ fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
 fn list_history(args: HistoryArgs) -> Result<(), Failure> {
     let dir = history::dir(args.dir).map_err(|m| Failure::new(2, m))?;
     let loaded = history::load(&dir);
-    emit(&history::text(&dir, &loaded))
+    emit(&(history::text(&dir, &loaded) + &history::halo_text(&dir)))
 }
 
 /// Prints the maps and the prediction benchmark of the store.

@@ -7,7 +7,8 @@
 //! reader never sees a file being written and jobs finishing at once never write the same file
 //! (no lock: shared cluster file systems lock badly, and a rename within a directory is atomic
 //! on every POSIX file system). A file's first line is the version header
-//! `{"commtune_history":2}`; every further line is one `Entry` as JSON.
+//! `{"commtune_history":2}`; every further line is one `Entry` as JSON. Halo decisions are in
+//! files of their own, `.halo` (`halo`), which readers of these files never list.
 //!
 //! Versions: a new version marks a change that an older reader would misread (version 2 added
 //! each entry's `timing`: a reader that ignored it would compare times measured in different
@@ -26,8 +27,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub mod halo;
 pub mod map;
 pub mod predict;
 
@@ -40,11 +43,23 @@ pub const VERSION: u32 = 2;
 /// The oldest version this crate reads.
 pub const OLDEST: u32 = 1;
 
-/// The first line of every file.
-#[derive(Serialize, Deserialize)]
-struct Header {
-    commtune_history: u32,
+/// The files of a store: collective entries (`COLLECTIVES`) and halo entries (`halo`).
+struct Kind {
+    /// How a file's name ends.
+    suffix: &'static str,
+    /// The name of the header's one field, whose value is the version.
+    header: &'static str,
+    oldest: u32,
+    version: u32,
 }
+
+/// Collective entries: `.jsonl` files whose first line is `{"commtune_history":2}`.
+const COLLECTIVES: Kind = Kind {
+    suffix: ".jsonl",
+    header: "commtune_history",
+    oldest: OLDEST,
+    version: VERSION,
+};
 
 /// How an entry's winner was found.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -234,10 +249,18 @@ pub fn file_name(host: &str, pid: u32, nanos: u128) -> String {
 /// Writes `entries` as the new file `name` of `dir` (made if missing): whole, to a temporary
 /// name first, then renamed. Returns the file's path.
 pub fn write(dir: &Path, name: &str, entries: &[Entry]) -> io::Result<PathBuf> {
+    write_kind(&COLLECTIVES, dir, name, entries)
+}
+
+/// Writes `entries` as the new file `name` of kind `kind` (see `write`).
+fn write_kind<T: Serialize>(
+    kind: &Kind,
+    dir: &Path,
+    name: &str,
+    entries: &[T],
+) -> io::Result<PathBuf> {
     fs::create_dir_all(dir)?;
-    let mut text = serde_json::to_vec(&Header {
-        commtune_history: VERSION,
-    })?;
+    let mut text = serde_json::to_vec(&serde_json::json!({ kind.header: kind.version }))?;
     text.push(b'\n');
     for entry in entries {
         serde_json::to_writer(&mut text, entry)?;
@@ -255,9 +278,9 @@ pub fn write(dir: &Path, name: &str, entries: &[Entry]) -> io::Result<PathBuf> {
 }
 
 /// Everything a directory held, merged, and what was skipped.
-#[derive(Default, Debug)]
-pub struct Loaded {
-    pub entries: Vec<Entry>,
+#[derive(Debug)]
+pub struct Loaded<T = Entry> {
+    pub entries: Vec<T>,
     /// Files read whole.
     pub files: usize,
     /// Files skipped whole (unreadable, no header, a foreign version) and lines skipped.
@@ -268,7 +291,19 @@ pub struct Loaded {
     pub first_problem: Option<String>,
 }
 
-impl Loaded {
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Loaded {
+            entries: Vec::new(),
+            files: 0,
+            skipped_files: 0,
+            skipped_lines: 0,
+            first_problem: None,
+        }
+    }
+}
+
+impl<T> Loaded<T> {
     /// One line saying what was ignored, if anything was.
     pub fn warning(&self, dir: &Path) -> Option<String> {
         let first = self.first_problem.as_deref()?;
@@ -298,6 +333,11 @@ impl Loaded {
 /// Every entry of every file in `dir`, in file name order. A missing directory is an empty
 /// store; nothing here fails (see `Loaded`).
 pub fn load(dir: &Path) -> Loaded {
+    load_kind(&COLLECTIVES, dir)
+}
+
+/// Every entry of every file of kind `kind` in `dir` (see `load`).
+fn load_kind<T: DeserializeOwned>(kind: &Kind, dir: &Path) -> Loaded<T> {
     let mut loaded = Loaded::default();
     let listing = match fs::read_dir(dir) {
         Ok(listing) => listing,
@@ -309,7 +349,7 @@ pub fn load(dir: &Path) -> Loaded {
     };
     let mut names: Vec<PathBuf> = listing
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| is_store_file(path))
+        .filter(|path| is_store_file(path, kind.suffix))
         .collect();
     names.sort();
     for path in names {
@@ -324,7 +364,7 @@ pub fn load(dir: &Path) -> Loaded {
             continue;
         }
         match fs::read(&path) {
-            Ok(bytes) => match parse(&bytes, &mut loaded.entries) {
+            Ok(bytes) => match parse(kind, &bytes, &mut loaded.entries) {
                 Ok((0, _)) => loaded.files += 1,
                 Ok((bad, first)) => {
                     loaded.files += 1;
@@ -345,34 +385,43 @@ pub fn load(dir: &Path) -> Loaded {
     loaded
 }
 
-/// A finished file of the store (not a temporary one, not another program's).
-fn is_store_file(path: &Path) -> bool {
+/// A finished file of the store whose name ends with `suffix` (not a temporary one, not
+/// another program's).
+fn is_store_file(path: &Path, suffix: &str) -> bool {
     let name = path.file_name().map(|n| n.to_string_lossy());
-    name.is_some_and(|n| !n.starts_with('.') && n.ends_with(".jsonl"))
+    name.is_some_and(|n| !n.starts_with('.') && n.ends_with(suffix))
 }
 
-/// Appends the entries of one file to `into`; the lines skipped and why the first was, or why
-/// the whole file is.
-fn parse(bytes: &[u8], into: &mut Vec<Entry>) -> Result<(usize, String), String> {
+/// Appends the entries of one file of kind `kind` to `into`; the lines skipped and why the
+/// first was, or why the whole file is.
+fn parse<T: DeserializeOwned>(
+    kind: &Kind,
+    bytes: &[u8],
+    into: &mut Vec<T>,
+) -> Result<(usize, String), String> {
     let mut lines = bytes.split(|b| *b == b'\n');
     let header = lines.next().unwrap_or_default();
-    match serde_json::from_slice::<Header>(header) {
-        Ok(h) if (OLDEST..=VERSION).contains(&h.commtune_history) => {}
-        Ok(h) => {
+    // Other fields of the header are ignored, as a newer version may add some.
+    let version = serde_json::from_slice::<serde_json::Value>(header)
+        .ok()
+        .and_then(|h| u32::try_from(h.get(kind.header)?.as_u64()?).ok());
+    let (oldest, newest) = (kind.oldest, kind.version);
+    match version {
+        Some(v) if (oldest..=newest).contains(&v) => {}
+        Some(v) => {
             return Err(format!(
-                "format version {}, this commtune reads {OLDEST} to {VERSION}",
-                h.commtune_history
+                "format version {v}, this commtune reads {oldest} to {newest}"
             ));
         }
-        Err(_) if bytes.is_empty() => return Err("empty".to_string()),
-        Err(_) => return Err("not a commtune history file (no version line)".to_string()),
+        None if bytes.is_empty() => return Err("empty".to_string()),
+        None => return Err("not a commtune history file (no version line)".to_string()),
     }
     let (mut bad, mut first) = (0, String::new());
     for (i, line) in lines.enumerate() {
         if line.is_empty() {
             continue;
         }
-        match serde_json::from_slice::<Entry>(line) {
+        match serde_json::from_slice::<T>(line) {
             Ok(entry) => into.push(entry),
             Err(e) => {
                 if bad == 0 {

@@ -105,6 +105,30 @@ fn version_one_is_read_without_timing() {
     assert_eq!(timings, [Some("local"), None]);
 }
 
+/// A header's other fields (a later version may add some) do not hide its version.
+#[test]
+fn a_header_is_its_version_whatever_else_it_holds() {
+    let dir = scratch("header");
+    let line = serde_json::to_string(&entry(1)).unwrap();
+    fs::write(
+        dir.join("noted.jsonl"),
+        format!("{{\"note\":\"x\",\"commtune_history\":2}}\n{line}\n"),
+    )
+    .unwrap();
+    fs::write(
+        dir.join("later.jsonl"),
+        format!("{{\"commtune_history\":3,\"note\":[1]}}\n{line}\n"),
+    )
+    .unwrap();
+    let loaded = load(&dir);
+    assert_eq!((loaded.files, loaded.entries.len()), (1, 1));
+    let warning = loaded.warning(&dir).unwrap();
+    assert!(
+        warning.contains("later.jsonl: format version 3"),
+        "{warning}"
+    );
+}
+
 /// The winner's realised production time is written where it was measured and read back; an
 /// entry without it (the older ones) writes no such field and reads as None.
 #[test]

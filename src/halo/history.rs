@@ -1,0 +1,146 @@
+//! Halo decisions across runs (LD_PRELOAD.md, "History"; the format is
+//! `commtune_history::halo`'s). Every rank reads the store's halo entries in a background thread
+//! started at MPI_Init and keeps its own: the same rank of a job of the same size, measured with
+//! the same MPI library on the same platform and timed as this job times, the newest per
+//! episode. The halo tuner (`rank_tuner`) asks for a class's exact episode at the end of its
+//! warm-up. Halo decisions are each rank's alone, so nothing here is agreed; a rank reads the
+//! same files in the same order, and so predicts the same, whenever it reads.
+//!
+//! At MPI_Finalize each rank hands the entries of its decided classes (`entries`, from
+//! `rank_tuner::decided`) to the
+//! report's gather (one message per rank on the report's private communicator, which carries
+//! them anyway), and rank 0 writes every rank's after MPI_Finalize (`report::history`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{LazyLock, Mutex};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use commtune_history::halo::{self, Episode, HaloEntry};
+use commtune_history::{Estimate, How};
+use commtune_tune::classes::class_name;
+
+use crate::runtime::{self, Process};
+use crate::say::say;
+use crate::sync::lock;
+use crate::tuner::knowledge;
+
+type Recorded = HashMap<Episode, HaloEntry>;
+
+enum State {
+    /// MPI_Init not seen (yet): read at the first question instead.
+    NotStarted,
+    /// No store, or not tuning.
+    None,
+    Reading(JoinHandle<Recorded>),
+    Read(Recorded),
+}
+
+static STORE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
+
+/// At MPI_Init: starts reading this rank's halo entries in the background. Nothing waits for it
+/// here: a class asks at the end of its warm-up, after several exchanges.
+pub fn start(process: &'static Process) {
+    let mut state = lock(&STORE);
+    *state = State::None;
+    let Some(dir) = knowledge::store(runtime::config()) else {
+        return;
+    };
+    let reader = std::thread::Builder::new()
+        .name("commtune-halo-history".into())
+        .spawn(move || read(process, &dir));
+    if let Ok(reader) = reader {
+        *state = State::Reading(reader);
+    }
+}
+
+/// This rank's entries of the store `dir`.
+fn read(process: &Process, dir: &Path) -> Recorded {
+    let loaded = halo::load(dir);
+    // A directory that cannot be listed is the collective reader's one line already.
+    if process.rank == 0
+        && !loaded.unreadable()
+        && let Some(warning) = loaded.warning(dir)
+    {
+        say!("{warning}");
+    }
+    let mine: Vec<HaloEntry> = loaded
+        .entries
+        .into_iter()
+        .filter(|e| e.episode.rank == process.rank && e.episode.comm_size == process.size)
+        .collect();
+    let timing = runtime::config().tuning.timing.name();
+    halo::latest(mine, &process.mpi, &knowledge::platform(process), timing)
+}
+
+/// What the store recorded for this rank's `episode` (waits for the read if it is not done:
+/// local, it cannot deadlock).
+pub fn recorded(episode: &Episode) -> Option<HaloEntry> {
+    let mut state = lock(&STORE);
+    if matches!(*state, State::NotStarted) {
+        *state = match (runtime::process(), knowledge::store(runtime::config())) {
+            (Some(process), Some(dir)) => State::Read(read(process, &dir)),
+            _ => State::None,
+        };
+    }
+    if matches!(*state, State::Reading(_))
+        && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
+        && let Ok(recorded) = reader.join()
+    {
+        *state = State::Read(recorded);
+    }
+    match &*state {
+        State::Read(recorded) => recorded.get(episode).cloned(),
+        _ => None,
+    }
+}
+
+/// This rank's decided halo classes (`decided`) as history entries (none without a store).
+pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec<HaloEntry> {
+    if knowledge::store(runtime::config()).is_none() {
+        return Vec::new();
+    }
+    let time = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let platform = knowledge::platform(process);
+    decided()
+        .into_iter()
+        .map(|d| HaloEntry {
+            size_class: class_name(d.episode.bytes),
+            episode: d.episode,
+            ranks_per_node: knowledge::ranks_per_node(),
+            signature: d.signature,
+            mpi: process.mpi.clone(),
+            platform: platform.clone(),
+            estimates: d
+                .estimates
+                .into_iter()
+                .map(|e| Estimate {
+                    codelet: e.name,
+                    us: e.estimate_us,
+                    error_us: e.error_us,
+                })
+                .collect(),
+            timing: d.timing.name().to_string(),
+            realised_us: d.realised_us.filter(|us| us.is_finite() && *us > 0.0),
+            winner: d.winner.to_string(),
+            time,
+            how: d.how,
+        })
+        .collect()
+}
+
+/// What one of this rank's classes decided, for its entry (`rank_tuner::decided`).
+pub struct Decided {
+    pub episode: Episode,
+    pub signature: String,
+    /// The deciding search's estimates (µs); for a confirmed prediction, the winner's predicted
+    /// time alone.
+    pub estimates: Vec<commtune_report::CodeletEstimate>,
+    pub timing: commtune_tune::Timing,
+    pub realised_us: Option<f64>,
+    pub winner: &'static str,
+    pub how: How,
+}

@@ -1,0 +1,317 @@
+//! Halo decisions across runs with real MPI jobs (tests/programs/stencil.c on 2 ranks, Open MPI
+//! and MPICH): every rank's decision reaches the store, a second run of the same stencil starts
+//! each rank's exchange in production with the recorded winner and the safety net confirms it
+//! (no search), a slowed-down winner is dismissed by the safety net and searched, the
+//! collective-only readers (`commtune map`, `export`) say the same with halo entries in the store
+//! as without, `commtune history` lists them after the collectives', and a damaged halo file is
+//! one warning line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Flavour, Job, Mpich, OpenMpi, cli, compile, run, scratch, sites};
+use commtune_history::How;
+use commtune_history::halo::HaloEntry;
+use serde_json::Value;
+
+/// Native and pairwise only, `brute` with two samples each, searching as soon as warm; a wide
+/// COMMTUNE_PMAX: a rank's 2 ms episode also waits for its peer, which sleeps its own delay at
+/// another phase, so one run's pairwise episodes took 2.1 ms and the next one's 4 ms (MPICH);
+/// the dismissed prediction misses by 900 %.
+const TUNING: &[(&str, &str)] = &[
+    ("COMMTUNE_MODE", "tune"),
+    ("COMMTUNE_BUDGET", "1"),
+    ("COMMTUNE_SEARCH", "brute"),
+    ("COMMTUNE_SAMPLES", "2"),
+    ("COMMTUNE_BLOCK", "2"),
+    ("COMMTUNE_PMAX", "1.5"),
+    (
+        "COMMTUNE_EXCLUDE",
+        "halo=persistent,halo=irecv_first,halo=pack",
+    ),
+];
+
+/// Pairwise the known winner: every episode 2 ms slower on each rank, native's 10 ms.
+const PAIRWISE_WINS: &str = "halo:native=10ms,halo:pairwise=2ms";
+
+/// The stencil (a 2-D periodic torus, 80 exchanges) on 2 ranks, tuned with `delays`, recording
+/// into and predicting from `store`.
+fn stencil_job(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job {
+    let program = compile(flavour, "stencil.c", dir);
+    let mut job = run(flavour, 2, &program, dir)
+        .args(&["2", "12", "1", "1", "80", "waitall", "none", "sends_first"])
+        .env("COMMTUNE_INJECT_DELAY", delays)
+        .env("COMMTUNE_HISTORY", &store.to_string_lossy());
+    for (name, value) in TUNING {
+        job = job.env(name, value);
+    }
+    let job = job.go();
+    job.assert_success();
+    job
+}
+
+/// `stencil_job` with no warning; the report's halo exchange's tuning.
+fn stencil(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
+    let job = stencil_job(flavour, dir, store, delays);
+    assert!(
+        !job.stderr().contains("history store"),
+        "no warning about the store: {}",
+        job.stderr()
+    );
+    let report = job.report();
+    let site = sites(&report)
+        .iter()
+        .filter(|s| s["op"] == "halo")
+        .max_by_key(|s| s["bytes"].as_u64())
+        .unwrap_or_else(|| panic!("no halo site: {report:#}"))
+        .clone();
+    site["tuning"].clone()
+}
+
+/// The store's halo entries, by rank (the newest file's when a rank has several).
+fn halo_entries(store: &Path) -> Vec<HaloEntry> {
+    let loaded = commtune_history::halo::load(store);
+    assert_eq!(loaded.warning(store), None);
+    let mut entries = loaded.entries;
+    entries.sort_by_key(|e| (e.episode.rank, e.time));
+    entries
+}
+
+/// The first run searches and records each rank's decision; the second predicts it, confirms it,
+/// searches nothing and keeps the winner.
+fn second_run_skips_the_search(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let store = dir.join("store");
+    let first = stencil(flavour, &dir, &store, PAIRWISE_WINS);
+    assert_eq!(first["winner"], "pairwise", "{first:#}");
+    assert_eq!(first["searches"], 1, "{first:#}");
+    assert!(first.get("prediction").is_none(), "nothing to predict from");
+    let searched = first["search_instances"].as_u64().unwrap();
+    assert!(searched > 0, "{first:#}");
+
+    let entries = halo_entries(&store);
+    let ranks: Vec<u32> = entries.iter().map(|e| e.episode.rank).collect();
+    assert_eq!(
+        ranks,
+        [0, 1],
+        "every rank's decision reached the store: {entries:#?}"
+    );
+    for e in &entries {
+        assert_eq!(
+            (e.winner.as_str(), e.how),
+            ("pairwise", How::Search),
+            "{e:#?}"
+        );
+        assert_eq!((e.episode.comm_size, e.episode.messages), (2, 8), "{e:#?}");
+        assert_eq!(e.timing, "barrier", "the default timing");
+        assert!(e.estimates.iter().any(|c| c.codelet == "native"), "{e:#?}");
+        let realised = e.realised_us.expect("the self-check's realised time");
+        assert!((2_000.0..10_000.0).contains(&realised), "{e:#?}");
+    }
+    assert_eq!(
+        entries[0].episode.shape, entries[1].episode.shape,
+        "a torus of 2: the same exchange relative to each rank"
+    );
+
+    let second = stencil(flavour, &dir, &store, PAIRWISE_WINS);
+    let prediction = &second["prediction"];
+    assert_eq!(prediction["outcome"], "confirmed", "{second:#}");
+    assert_eq!(prediction["winner"], "pairwise", "{second:#}");
+    assert_eq!(prediction["from"][0]["how"], "search", "{second:#}");
+    assert_eq!(second["winner"], "pairwise", "{second:#}");
+    assert_eq!(
+        (
+            second["searches"].as_u64(),
+            second["search_instances"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "no search: {second:#}"
+    );
+    assert_eq!(
+        prediction["saved_instances"].as_u64(),
+        Some(searched),
+        "the first run's search (2 codelets x 2 samples x blocks of 2): {second:#}"
+    );
+    let entries = halo_entries(&store);
+    let confirmed: Vec<&HaloEntry> = entries
+        .iter()
+        .filter(|e| e.how == How::PredictionConfirmed)
+        .collect();
+    assert_eq!(confirmed.len(), 2, "both ranks confirmed: {entries:#?}");
+    assert!(confirmed.iter().all(|e| e.winner == "pairwise"));
+}
+
+#[test]
+fn a_second_run_skips_the_halo_search_openmpi() {
+    second_run_skips_the_search(OpenMpi, "halo-history-second-openmpi");
+}
+
+#[test]
+fn a_second_run_skips_the_halo_search_mpich() {
+    second_run_skips_the_search(Mpich, "halo-history-second-mpich");
+}
+
+/// The second run's pairwise is 20 ms slower, native as before: the safety net dismisses the
+/// prediction, the exchange is searched, and native wins.
+fn a_slower_winner_is_dismissed(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let store = dir.join("store");
+    let first = stencil(flavour, &dir, &store, PAIRWISE_WINS);
+    assert_eq!(first["winner"], "pairwise", "{first:#}");
+    let second = stencil(flavour, &dir, &store, "halo:native=10ms,halo:pairwise=20ms");
+    let prediction = &second["prediction"];
+    assert_eq!(prediction["outcome"], "dismissed", "{second:#}");
+    assert_eq!(prediction["saved_instances"], 0, "{second:#}");
+    let measured = prediction["measured_us"].as_f64().unwrap();
+    assert!(measured > 15_000.0, "pairwise's 20 ms: {second:#}");
+    assert_eq!(
+        second["searches"], 1,
+        "searched after the dismissal: {second:#}"
+    );
+    assert!(second["search_instances"].as_u64().unwrap() > 0);
+    assert_eq!(second["winner"], "native", "{second:#}");
+    let newest: Vec<HaloEntry> = halo_entries(&store)
+        .into_iter()
+        .filter(|e| e.winner == "native")
+        .collect();
+    assert_eq!(newest.len(), 2, "both ranks recorded the new search");
+    assert!(newest.iter().all(|e| e.how == How::Search));
+}
+
+#[test]
+fn a_slower_predicted_halo_winner_is_searched_again_openmpi() {
+    a_slower_winner_is_dismissed(OpenMpi, "halo-history-dismissed-openmpi");
+}
+
+#[test]
+fn a_slower_predicted_halo_winner_is_searched_again_mpich() {
+    a_slower_winner_is_dismissed(Mpich, "halo-history-dismissed-mpich");
+}
+
+/// `commtune map` and `export` over a store of collective entries print the same with halo
+/// entries in it as without, and `history` lists them after the collective entries.
+#[test]
+fn collective_readers_ignore_halo_entries() {
+    let dir = scratch("halo-history-readers");
+    let store = dir.join("store");
+    stencil(OpenMpi, &dir, &store, PAIRWISE_WINS);
+    let halo_files = std::fs::read_dir(&store).unwrap().count();
+    assert_eq!(halo_files, 1, "the halo file");
+    let platform = &halo_entries(&store)[0].platform;
+    let collectives: Vec<commtune_history::Entry> = (3..=20)
+        .map(|k| {
+            let bytes = 1u64 << k;
+            let mut e = commtune_history::Entry {
+                op: "allreduce".into(),
+                comm_size: 2,
+                ranks_per_node: Some(2),
+                size_class: String::new(),
+                bytes,
+                signature: String::new(),
+                facts: String::new(),
+                mpi: "Open MPI v4.1.4".into(),
+                platform: platform.clone(),
+                estimates: Vec::new(),
+                timing: Some("barrier".into()),
+                realised_us: None,
+                winner: String::new(),
+                time: 1_795_000_000,
+                how: How::Search,
+            };
+            // Recursive doubling up to 64 KiB, ring beyond.
+            let b = bytes as f64;
+            for (codelet, us) in [
+                ("native", 20.0 + b * 2e-3),
+                ("recursive_doubling", 5.0 + b * 1e-3),
+                ("ring", 30.0 + b * 5e-4),
+            ] {
+                e.estimates.push(commtune_history::Estimate {
+                    codelet: codelet.into(),
+                    us,
+                    error_us: 0.1,
+                });
+            }
+            e.winner = if bytes <= 1 << 16 {
+                "recursive_doubling"
+            } else {
+                "ring"
+            }
+            .into();
+            e
+        })
+        .collect();
+    let without = dir.join("without");
+    commtune_history::write(&without, "job.jsonl", &collectives).unwrap();
+    commtune_history::write(&store, "job.jsonl", &collectives).unwrap();
+    let commtune = |args: &[&str], store: &Path| {
+        let out = Command::new(cli())
+            .args(args)
+            .arg("--dir")
+            .arg(store)
+            .env_remove("COMMTUNE_HISTORY")
+            .output()
+            .expect("commtune runs");
+        assert!(out.status.success(), "commtune {args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        text.replace(store.to_string_lossy().as_ref(), "STORE")
+    };
+    let (with, without_halo) = (commtune(&["map"], &store), commtune(&["map"], &without));
+    assert!(with.contains("recursive_doubling"), "commtune map:\n{with}");
+    assert_eq!(with, without_halo, "commtune map");
+    // `history` lists the halo entries after the collective ones, which it lists as before.
+    let (with, without_halo) = (
+        commtune(&["history"], &store),
+        commtune(&["history"], &without),
+    );
+    let halo = with.strip_prefix(&without_halo).unwrap_or_else(|| {
+        panic!("commtune history:\n{with}\nwithout halo entries:\n{without_halo}")
+    });
+    assert!(
+        halo.starts_with("halo episodes: 2 entries in 1 files\n") && halo.contains("pairwise"),
+        "{halo}"
+    );
+    let exported = |store: &Path| {
+        let rules = dir.join("rules");
+        let rules_arg = rules.to_string_lossy().into_owned();
+        commtune(
+            &["export", "--format", "openmpi", "--output", &rules_arg],
+            store,
+        );
+        std::fs::read_to_string(&rules)
+            .unwrap()
+            .replace(store.to_string_lossy().as_ref(), "STORE")
+    };
+    let (with, without) = (exported(&store), exported(&without));
+    assert!(with.contains("allreduce"), "{with}");
+    assert_eq!(with, without, "commtune export");
+}
+
+/// A damaged halo file is one warning line on rank 0; the job's entries are added all the same.
+#[test]
+fn a_damaged_halo_file_is_one_warning() {
+    let dir = scratch("halo-history-damaged");
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(
+        store.join("future.halo"),
+        "{\"commtune_halo_history\":99}\n{}\n",
+    )
+    .unwrap();
+    let job = stencil_job(OpenMpi, &dir, &store, PAIRWISE_WINS);
+    let stderr = job.stderr();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("history store"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("ignored 1 file (future.halo: format version 99"),
+        "{}",
+        lines[0]
+    );
+    let loaded = commtune_history::halo::load(&store);
+    assert_eq!((loaded.files, loaded.skipped_files), (1, 1));
+    assert_eq!(loaded.entries.len(), 2, "both ranks' decisions");
+}
