@@ -271,8 +271,7 @@ fn measured(tuner: &Tuner, step: &Step, start: u64, call_start: u64, end: u64) {
         _ => 1,
     };
     key.ticks += weight * end.saturating_sub(start);
-    let call = end.saturating_sub(call_start);
-    key.fastest_call = Some(key.fastest_call.map_or(call, |fastest| fastest.min(call)));
+    key.slowest_call = key.slowest_call.max(end.saturating_sub(start));
     match (&mut key.phase, step.measure) {
         (Phase::Searching(s), Measure::Search) => {
             s.ran(call_start, end, end.saturating_sub(start));

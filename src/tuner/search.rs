@@ -61,7 +61,7 @@ pub(super) fn checkpoint<C: Operation>(
     // Whether a search pays is agreed in the checkpoint too (a predicted key costs no search:
     // the budget does not hold it back), so that no rank's own view starts or skips one.
     let worth_searching = warm && {
-        let cost = search_cost(candidates.len(), instances, comm, key);
+        let cost = search_cost(candidates.len(), instances, comm, key, at.k);
         let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost);
         key.not_worth = ready.err();
         key.not_worth.is_none()
@@ -217,10 +217,18 @@ fn time_collective(private: &Comm, comm: &mut CommTunerState) {
 
 /// What a search of `candidates` (`instances` of them) would cost the key now, counted in
 /// instances (`budget::search_cost`): its own collectives weigh as this rank saw them, the
-/// fastest barrier timed after the communicator's checkpoints against the key's fastest call
-/// (minima: a program's first calls set up connections, and any call may lose a time slice).
-/// Nothing yet at the first checkpoint, which measures it.
-fn search_cost(candidates: usize, instances: u64, comm: &CommTunerState, key: &TunerState) -> u64 {
+/// fastest barrier timed after the communicator's checkpoints (a barrier may lose a time slice)
+/// against the key's mean call as the application felt it in warm-up (every call timed) before
+/// its `k`-th, its slowest left out (a program's first call sets up connections; a rank's
+/// fastest calls are those it entered last, which others waited for). Nothing yet at the
+/// first checkpoint, which measures it.
+fn search_cost(
+    candidates: usize,
+    instances: u64,
+    comm: &CommTunerState,
+    key: &TunerState,
+    k: u64,
+) -> u64 {
     let settings = runtime::config().tuning;
     let collectives = sampling::search_collectives(
         candidates,
@@ -228,8 +236,10 @@ fn search_cost(candidates: usize, instances: u64, comm: &CommTunerState, key: &T
         settings.block as usize,
         settings.samples,
     );
-    let ratio = match (comm.collective, key.fastest_call) {
-        (Some(collective), Some(call)) if call > 0 => collective as f64 / call as f64,
+    let calls = k.saturating_sub(2);
+    let call = key.ticks.saturating_sub(key.slowest_call) as f64 / calls.max(1) as f64;
+    let ratio = match comm.collective {
+        Some(collective) if calls > 0 && call > 0.0 => collective as f64 / call,
         _ => 0.0,
     };
     budget::search_cost(instances, collectives, ratio)

@@ -295,9 +295,9 @@ pub struct TunerState {
     pub searched: u64,
     /// Clock ticks of all timed calls (the budget's denominator).
     pub ticks: u64,
-    /// The fastest timed call's ticks (its barrier left out): what a call costs, for do no harm,
-    /// unmoved by the first calls' set-up and by preemptions.
-    pub fastest_call: Option<u64>,
+    /// The slowest timed call's ticks, left out of the mean call that do no harm weighs a
+    /// search's collectives against (a program's first call sets up connections).
+    pub slowest_call: u64,
     /// The latest decided search (for the report).
     pub decided: Option<Plan>,
     pub reason: Option<&'static str>,

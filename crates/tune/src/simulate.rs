@@ -906,21 +906,17 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         settings.block as usize,
         settings.samples,
     );
-    // Its own collectives weigh as the library's fastest checkpoint does against native's
-    // fastest call (`search_cost`): a small collective's latency, which the traces measure as
-    // a barrier's (`consensus` is the whole slow path around a reduction).
+    // Its own collectives weigh as the library's timed barrier does against native's mean call
+    // (src/tuner/search.rs `search_cost`): a small collective's latency, which the traces
+    // measure as a barrier's (`consensus` is the whole slow path around a reduction).
     let collectives = sampling::search_collectives(
         candidates.len(),
         settings.timing,
         settings.block as usize,
         settings.samples,
     );
-    let fastest = model.codelets[0]
-        .steady
-        .iter()
-        .map(Instance::slowest_period)
-        .fold(f64::INFINITY, f64::min);
-    let cost = budget::search_cost(instances, collectives, model.barrier as f64 / fastest);
+    let native = model.cost(&model.codelets[0]);
+    let cost = budget::search_cost(instances, collectives, model.barrier as f64 / native);
     let worth = |k: u64| budget::ready(settings.budget, k, 0, k - 1, cost).is_ok();
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
