@@ -74,7 +74,15 @@ pub(super) fn drift_check<C: Operation>(
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let realised = consensus::realised(&comm.private?, realised).ok()?;
-        match predicted.assess(realised, settings.min_gain) {
+        // A calibration (`commtune calibrate`) records what its search measured, timed as it
+        // was asked to: its self-check measures production for the entry but never tries
+        // another codelet nor searches again (with another timing, which it would discard).
+        let judgement = if runtime::config().calibrate {
+            Judgement::Verdict(Verdict::Kept)
+        } else {
+            predicted.assess(realised, settings.min_gain)
+        };
+        match judgement {
             Judgement::Trial(runner_up) => {
                 start_trial(at, key, runner_up, predicted, realised);
                 return None;

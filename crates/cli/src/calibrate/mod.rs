@@ -614,8 +614,7 @@ impl Calibration {
             .collect();
         if !given_up.is_empty() {
             out.push_str(&format!(
-                "no decision timed {} (the search did not settle, or the self-check reopened it \
-                 with another timing, in {TRIES} launcher runs): {}\n",
+                "no decision timed {} (the search did not settle in {TRIES} launcher runs): {}\n",
                 self.timing.name(),
                 given_up.join(", ")
             ));
