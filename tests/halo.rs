@@ -577,6 +577,14 @@ fn tuned_between_two_on(
     (tuning, samples)
 }
 
+/// Tunes on one rank (a torus of one exchanging with itself) with blocks of two and `delays`,
+/// for the self-check tests: on two ranks whose trials fell at different episodes, a rank's
+/// trial measured its peer's delay.
+fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
+    let env = [("COMMTUNE_INJECT_DELAY", delays), ("COMMTUNE_BLOCK", "2")];
+    tuned_between_two_on(1, flavour, name, &env).0
+}
+
 /// Pairwise wins the search (native is 5 ms slower; blocks of two, the search runs episodes 4
 /// to 11), then from episode 14 on, inside the self-check's window (episodes 13 to 28), it is
 /// 30 ms slower than predicted and than native: native, the runner-up, is tried (episodes 30
@@ -586,17 +594,10 @@ fn tuned_between_two_on(
 /// rank's, so on two ranks whose trials fell at different episodes a rank's trial of native
 /// measured its peer's pairwise delay.
 fn self_check_reopens(flavour: Flavour, name: &str) {
-    let (t, _) = tuned_between_two_on(
-        1,
+    let t = self_checked_alone(
         flavour,
         name,
-        &[
-            (
-                "COMMTUNE_INJECT_DELAY",
-                "halo:native=15ms@14,halo:native=5ms,halo:pairwise=30ms@14",
-            ),
-            ("COMMTUNE_BLOCK", "2"),
-        ],
+        "halo:native=15ms@14,halo:native=5ms,halo:pairwise=30ms@14",
     );
     assert_eq!(
         t["searches"], 2,
@@ -623,17 +624,10 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
 /// second search. One rank, as in `self_check_reopens`.
 #[test]
 fn a_runner_up_that_holds_its_estimate_replaces_the_halo_winner() {
-    let (t, _) = tuned_between_two_on(
-        1,
+    let t = self_checked_alone(
         OpenMpi,
         "halo-runner-up-openmpi",
-        &[
-            (
-                "COMMTUNE_INJECT_DELAY",
-                "halo:native=10ms,halo:pairwise=40ms@14",
-            ),
-            ("COMMTUNE_BLOCK", "2"),
-        ],
+        "halo:native=10ms,halo:pairwise=40ms@14",
     );
     assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
     assert_eq!(t["winner"], "native", "{t:#}");
@@ -647,17 +641,10 @@ fn a_runner_up_that_holds_its_estimate_replaces_the_halo_winner() {
 /// is slower for both (as episodes on a network are than search samples), so the decision is kept.
 /// One rank, as in `self_check_reopens`.
 fn a_miss_native_shares_keeps_the_decision(flavour: Flavour, name: &str) {
-    let (t, _) = tuned_between_two_on(
-        1,
+    let t = self_checked_alone(
         flavour,
         name,
-        &[
-            (
-                "COMMTUNE_INJECT_DELAY",
-                "halo:native=30ms@14,halo:native=5ms,halo:pairwise=20ms@14",
-            ),
-            ("COMMTUNE_BLOCK", "2"),
-        ],
+        "halo:native=30ms@14,halo:native=5ms,halo:pairwise=20ms@14",
     );
     assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
     assert_eq!(t["winner"], "pairwise", "{t:#}");

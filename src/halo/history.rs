@@ -13,8 +13,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{LazyLock, Mutex};
-use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use commtune_history::halo::{self, Episode, HaloEntry};
@@ -23,36 +21,20 @@ use commtune_tune::classes::class_name;
 
 use crate::runtime::{self, Process};
 use crate::say::say;
-use crate::sync::lock;
+use crate::sync::BackgroundRead;
 use crate::tuner::knowledge;
 
 type Recorded = HashMap<Episode, HaloEntry>;
 
-enum State {
-    /// MPI_Init not seen (yet): read at the first question instead.
-    NotStarted,
-    /// No store, or not tuning.
-    None,
-    Reading(JoinHandle<Recorded>),
-    Read(Recorded),
-}
+static STORE: BackgroundRead<Recorded> = BackgroundRead::new();
 
-static STORE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
-
-/// At MPI_Init: starts reading this rank's halo entries in the background. Nothing waits for it
-/// here: a class asks at the end of its warm-up, after several exchanges.
+/// At MPI_Init: starts reading this rank's halo entries in the background, and waits for it as
+/// the collectives' read does (`knowledge::INIT_PATIENCE`: busy-polling ranks would starve a
+/// reader left alone, and the class that asks at the end of its warm-up would wait inside an
+/// exchange). A calibration predicts nothing, as for collectives.
 pub fn start(process: &'static Process) {
-    let mut state = lock(&STORE);
-    *state = State::None;
-    let Some(dir) = knowledge::store(runtime::config()) else {
-        return;
-    };
-    let reader = std::thread::Builder::new()
-        .name("commtune-halo-history".into())
-        .spawn(move || read(process, &dir));
-    if let Ok(reader) = reader {
-        *state = State::Reading(reader);
-    }
+    let read = knowledge::source(runtime::config()).map(|dir| move || read(process, &dir));
+    STORE.start("commtune-halo-history", knowledge::INIT_PATIENCE, read);
 }
 
 /// This rank's entries of the store `dir`.
@@ -77,23 +59,11 @@ fn read(process: &Process, dir: &Path) -> Recorded {
 /// What the store recorded for this rank's `episode` (waits for the read if it is not done:
 /// local, it cannot deadlock).
 pub fn recorded(episode: &Episode) -> Option<HaloEntry> {
-    let mut state = lock(&STORE);
-    if matches!(*state, State::NotStarted) {
-        *state = match (runtime::process(), knowledge::store(runtime::config())) {
-            (Some(process), Some(dir)) => State::Read(read(process, &dir)),
-            _ => State::None,
-        };
-    }
-    if matches!(*state, State::Reading(_))
-        && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
-        && let Ok(recorded) = reader.join()
-    {
-        *state = State::Read(recorded);
-    }
-    match &*state {
-        State::Read(recorded) => recorded.get(episode).cloned(),
-        _ => None,
-    }
+    let read_now = || {
+        let (process, dir) = (runtime::process()?, knowledge::source(runtime::config())?);
+        Some(read(process, &dir))
+    };
+    STORE.with(read_now, |recorded| recorded.get(episode).cloned())?
 }
 
 /// This rank's decided halo classes (`decided`) as history entries (none without a store).
@@ -127,7 +97,7 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
             realised_us: d.realised_us.filter(|us| us.is_finite() && *us > 0.0),
             winner: d.winner.to_string(),
             time,
-            how: d.how,
+            how: knowledge::how(d.how, runtime::config()),
         })
         .collect()
 }

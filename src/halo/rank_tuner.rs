@@ -54,7 +54,7 @@ use crate::codelets;
 use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::sync::lock;
-use crate::tuner::{CONFIRMED, DISMISSED, VERIFYING};
+use crate::tuner::{CONFIRMED, VERIFYING, confirmed_estimate, safety_net_holds};
 use crate::{clock, runtime};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
@@ -401,15 +401,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
 /// slower dismisses it, and the class is searched from here.
 fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
     let measured_us = realised * clock::ns_per_tick() * 1e-3;
-    let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
-    if let Some(prediction) = &mut t.prediction {
-        prediction.measured_us = Some(measured_us);
-        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
-        if !confirmed {
-            prediction.saved_instances = 0;
-        }
-    }
-    if confirmed {
+    if safety_net_holds(&mut t.prediction, predicted_us, measured_us) {
         return;
     }
     t.timeline.push(Mark::Drift {
@@ -686,7 +678,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
 /// What each of this rank's classes in production decided (once per class), for the history:
 /// a search's decision (its self-check's realised time if it ran), or a prediction the safety
 /// net confirmed, each with the timing its estimates were measured with. Not: a prediction not
-/// yet verified, a class the self-check sent back to native.
+/// yet verified, a class whose self-check replaced the winner with its runner-up.
 pub fn decided() -> Vec<Decided> {
     let mut seen = rustc_hash::FxHashSet::default();
     CLASS_OF
@@ -712,7 +704,7 @@ fn decision(class: &Class) -> Option<Decided> {
         (Some(h), _) => (
             vec![commtune_report::CodeletEstimate {
                 name: h.winner.clone(),
-                estimate_us: h.estimate_us.unwrap_or(h.predicted_us),
+                estimate_us: confirmed_estimate(h),
                 error_us: 0.0,
             }],
             h.measured_us,
@@ -742,6 +734,7 @@ fn decision(class: &Class) -> Option<Decided> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tuner::DISMISSED;
 
     /// A class of the communicator handles `comms` in the table, in production with `winner`.
     fn tuned(id: u64, comms: Vec<usize>, winner: usize) -> Arc<Class> {

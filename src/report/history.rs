@@ -6,8 +6,8 @@
 
 use std::time::SystemTime;
 
+use commtune_history as history;
 use commtune_history::halo::HaloEntry;
-use commtune_history::{self as history, How};
 use commtune_report::Op;
 use rustc_hash::FxHashSet;
 
@@ -41,15 +41,6 @@ pub fn record(process: &Process, config: &Config, halo: &[HaloEntry]) {
     }
 }
 
-/// How a key's winner was found, as the store says it: a search of a calibration job
-/// (`commtune calibrate`, COMMTUNE_CALIBRATE) is a calibration.
-fn how(decided: How, config: &Config) -> How {
-    match decided {
-        How::Search if config.calibrate => How::Calibrate,
-        how => how,
-    }
-}
-
 /// One entry per decided key (keys of several sites that share a tuner: once).
 fn entries(process: &Process) -> Vec<history::Entry> {
     let config = runtime::config();
@@ -69,7 +60,7 @@ fn entries(process: &Process) -> Vec<history::Entry> {
         if !seen.insert(tuner) {
             continue;
         }
-        decision.how = how(decision.how, config);
+        decision.how = knowledge::how(decision.how, config);
         entries.push(knowledge::entry(entry, &decision, process));
     }
     entries

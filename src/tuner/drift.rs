@@ -12,7 +12,9 @@ use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
 
-use super::state::{CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState};
+use super::state::{
+    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState, safety_net_holds,
+};
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::{clock, runtime};
@@ -158,14 +160,7 @@ fn safety_net<C: Operation>(
         return None;
     };
     let winner = p.winner;
-    let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
-    if let Some(prediction) = &mut key.prediction {
-        prediction.measured_us = Some(measured_us);
-        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
-        if !confirmed {
-            prediction.saved_instances = 0;
-        }
-    }
+    let confirmed = safety_net_holds(&mut key.prediction, predicted_us, measured_us);
     trace(at.entry, || {
         format!(
             "safety net of {}: predicted {predicted_us:.1} us, measured {measured_us:.1} us: {}",

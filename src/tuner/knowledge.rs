@@ -8,12 +8,11 @@
 //! invariant 2).
 
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
-use commtune_history::{self as history, Estimate, Platform};
+use commtune_history::{self as history, Estimate, How, Platform};
 use commtune_tune::classes::class_name;
 
 use super::state::{Decision, TunerState};
@@ -23,7 +22,7 @@ use crate::config::{Config, HistoryTarget, Mode};
 use crate::keys::Entry;
 use crate::runtime::{self, Process};
 use crate::say::say;
-use crate::sync::lock;
+use crate::sync::BackgroundRead;
 
 /// The store's directory, if this job tunes with one (read at MPI_Init, written at finalize).
 pub fn store(config: &Config) -> Option<PathBuf> {
@@ -37,28 +36,27 @@ pub fn store(config: &Config) -> Option<PathBuf> {
     }
 }
 
+/// How a key's winner was found, as the store says it: a search of a calibration job
+/// (`commtune calibrate`, COMMTUNE_CALIBRATE) is a calibration.
+pub(crate) fn how(decided: How, config: &Config) -> How {
+    match decided {
+        How::Search if config.calibrate => How::Calibrate,
+        how => how,
+    }
+}
+
 /// The store to predict from: the job's store, except in a calibration (COMMTUNE_CALIBRATE),
 /// which must measure every codelet at every size, not predict from the sizes it measured.
-fn source(config: &Config) -> Option<PathBuf> {
+pub(crate) fn source(config: &Config) -> Option<PathBuf> {
     store(config).filter(|_| !config.calibrate)
 }
 
-enum State {
-    /// MPI_Init not seen (yet: programs whose MPI_Init the library does not see, such as
-    /// Fortran mpi_f08 under MPICH, read the store at their first prediction instead).
-    NotStarted,
-    /// No store (COMMTUNE_HISTORY=off, not tuning), or it could not be read.
-    None,
-    Reading(JoinHandle<Knowledge>),
-    Read(Knowledge),
-}
-
-static KNOWLEDGE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::NotStarted));
+static KNOWLEDGE: BackgroundRead<Knowledge> = BackgroundRead::new();
 
 /// How long MPI_Init waits for the store's read: a small store (the common case) is read by the
 /// time it returns, so no call of the application waits for it; a large one goes on in the
 /// background.
-const INIT_PATIENCE: Duration = Duration::from_millis(5);
+pub(crate) const INIT_PATIENCE: Duration = Duration::from_millis(5);
 
 /// At MPI_Init: starts reading the store, and waits for it up to `INIT_PATIENCE`. A read not done
 /// by then goes on in the background, and the first checkpoint that finds a call ready waits for
@@ -66,22 +64,8 @@ const INIT_PATIENCE: Duration = Duration::from_millis(5);
 /// a machine whose cores the ranks' busy polling fills, and a short run would then never be
 /// predicted.
 pub fn start(process: &'static Process) {
-    let mut state = lock(&KNOWLEDGE);
-    *state = State::None;
-    let Some(dir) = source(runtime::config()) else {
-        return;
-    };
-    let reader = std::thread::Builder::new()
-        .name("commtune-history".into())
-        .spawn(move || read(process, &dir));
-    if let Ok(reader) = reader {
-        let started = Instant::now();
-        // Sleeping, not spinning: the reader may need this core.
-        while !reader.is_finished() && started.elapsed() < INIT_PATIENCE {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        *state = State::Reading(reader);
-    }
+    let read = source(runtime::config()).map(|dir| move || read(process, &dir));
+    KNOWLEDGE.start("commtune-history", INIT_PATIENCE, read);
 }
 
 /// What the store `dir` holds for this job, analysed.
@@ -119,24 +103,11 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
 
 /// Runs `with` on what this rank knows, once the store is read (None: no store).
 fn known<T>(with: impl FnOnce(&mut Knowledge) -> T) -> Option<T> {
-    let mut state = lock(&KNOWLEDGE);
-    if matches!(*state, State::NotStarted) {
-        *state = match (runtime::process(), source(runtime::config())) {
-            (Some(process), Some(dir)) => State::Read(read(process, &dir)),
-            _ => State::None,
-        };
-    }
-    // A reader that failed leaves no store (panics abort: it cannot happen).
-    if matches!(*state, State::Reading(_))
-        && let State::Reading(reader) = std::mem::replace(&mut *state, State::None)
-        && let Ok(knowledge) = reader.join()
-    {
-        *state = State::Read(knowledge);
-    }
-    match &mut *state {
-        State::Read(knowledge) => Some(with(knowledge)),
-        _ => None,
-    }
+    let read_now = || {
+        let (process, dir) = (runtime::process()?, source(runtime::config())?);
+        Some(read(process, &dir))
+    };
+    KNOWLEDGE.with(read_now, with)
 }
 
 /// This rank's prediction for a key of operation `op` on a communicator of `comm_size` ranks,

@@ -43,7 +43,11 @@ use crate::{clock, runtime};
 
 use self::drift::drift_check;
 use self::search::{checkpoint, end_stalled_search, search_step};
-pub use self::state::{CONFIRMED, DISMISSED, Decision, VERIFYING, forget as comm_freed};
+#[cfg(test)]
+pub use self::state::DISMISSED;
+pub use self::state::{
+    CONFIRMED, Decision, VERIFYING, confirmed_estimate, forget as comm_freed, safety_net_holds,
+};
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
 
 /// What to run for one call and how to measure it.

@@ -390,8 +390,27 @@ pub struct Decision {
 /// The estimate a confirmed prediction records: its predicted time as the searches estimate it,
 /// so that the history's estimates stay comparable with each other (its measured time is the
 /// entry's realised time).
-fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
+pub fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
     prediction.estimate_us.unwrap_or(prediction.predicted_us)
+}
+
+/// The safety net (collective keys and halo classes alike): whether the predicted winner's
+/// `measured_us` per call holds `predicted_us` within COMMTUNE_PMAX, recorded in the report's
+/// `prediction` (a dismissed one saved no search).
+pub fn safety_net_holds(
+    prediction: &mut Option<HistoryPrediction>,
+    predicted_us: f64,
+    measured_us: f64,
+) -> bool {
+    let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
+    if let Some(prediction) = prediction {
+        prediction.measured_us = Some(measured_us);
+        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
+        if !confirmed {
+            prediction.saved_instances = 0;
+        }
+    }
+    confirmed
 }
 
 /// `HistoryPrediction::outcome`s.
