@@ -617,8 +617,8 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
     // Every codelet but ring costs 20 ms more, native in warm-up too (about 190 calls before the
     // search pays for itself: some 4 s): after the first round 3 % of the key's expected time
     // went to losing codelets, three times the budget, so the search ends there with ring.
-    // The allreduce alone is tuned: checkpoints that fell on the loop's short alltoall and
-    // allgatherv, not worth a search there, would space out and miss the allreduce.
+    // The loop's short alltoall and allgatherv are not worth a search: checkpoints that land on
+    // them still find the allreduce when its search pays (checkpoints::Spacing's wake).
     let delays = all_but("allreduce", ALLREDUCE, "ring", "20ms").join(",");
     let job = tuned_loop(
         OpenMpi,
@@ -626,7 +626,6 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
         "budget",
         "300",
         &[
-            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
             ("COMMTUNE_SEARCH", "brute"),
             ("COMMTUNE_BUDGET", "0.01"),
             ("COMMTUNE_INJECT_DELAY", &delays),
@@ -649,13 +648,18 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
         &[("COMMTUNE_BUDGET", "0.2")],
     );
     let report = job.report();
+    // Checkpoints as long as many of these short calls come rarely (about 1 % of the time), so
+    // some calls may never meet one; at least one did and found its search not worth it.
+    let mut judged = 0;
     for marker in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"] {
         let site = loop_site(&report, marker);
         let t = tuning(site);
         assert_eq!(t["phase"], "warmup", "{marker}: {t:#}");
         assert_eq!(t["search_instances"], 0);
+        let reason = t["reason"].as_str().unwrap();
+        judged += usize::from(reason.contains("not searched yet"));
         assert!(
-            t["reason"].as_str().unwrap().contains("not searched yet"),
+            reason.contains("not searched yet") || reason.contains("no checkpoint found"),
             "{t:#}"
         );
         assert_eq!(
@@ -664,6 +668,7 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
             "native only"
         );
     }
+    assert!(judged > 0, "no call was judged by do no harm");
 }
 
 /// Calls that differ on one rank only (a datatype handle per call, local displacements) are one

@@ -11,10 +11,13 @@ use commtune_tune::Agreed;
 pub enum Checkpoint {
     /// Every rank is at the same key and it has warmed up: the history's prediction when every
     /// rank predicted the same winner (registry index) and time (microseconds per call, the
-    /// largest of the ranks'); `search`: every rank found a search worth its cost (do no harm).
+    /// largest of the ranks'); `not_worth_until`: None when every rank found a search worth its
+    /// cost (do no harm), else the communicator instance from which every rank will (the latest
+    /// of the ranks'); `checkpoint_over_call`: the largest of the ranks' (0: not known yet).
     Agreed {
         prediction: Option<(usize, f64)>,
-        search: bool,
+        not_worth_until: Option<u64>,
+        checkpoint_over_call: f64,
     },
     /// Every rank proposed a key, but not the same one.
     Disagreed,
@@ -24,38 +27,50 @@ pub enum Checkpoint {
     Nothing,
 }
 
+/// One rank's view at a checkpoint.
+pub struct Vote {
+    /// The agreement hash of the key it is at, or None when the key has not warmed up.
+    pub key: Option<u64>,
+    /// The history's prediction: the winner's registry index and microseconds per call.
+    pub predicted: Option<(usize, f64)>,
+    /// None when a search of the key pays for itself now, else the communicator instance from
+    /// which it will (`checkpoints::worth_at`).
+    pub not_worth_until: Option<u64>,
+    /// What a checkpoint costs this rank in calls of the key (0: not known yet).
+    pub checkpoint_over_call: f64,
+}
+
 /// The predicted times of ranks that predicted alike differ only as their clocks' calibrations
 /// do (an entry learnt in this run is converted from clock ticks on each rank).
 const SAME_TIME: f64 = 0.01;
 
-/// Reduces each rank's proposal (the key's agreement hash, or None when its key has not warmed
-/// up), its prediction (winner index and microseconds per call, or None) and whether it finds
-/// a search worth its cost: a rank's own view of any of them never starts anything alone.
-pub fn checkpoint(
-    comm: &Comm,
-    proposal: Option<u64>,
-    predicted: Option<(usize, f64)>,
-    worth_searching: bool,
-) -> MpiResult<Checkpoint> {
+/// Reduces each rank's vote: a rank's own view of any of it never starts anything alone.
+pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpoint> {
     // Hashes are cut to 62 bits so that negating them (to get the minimum from MPI_MAX) cannot
     // overflow; 0 is "no proposal". A time's bits (never negative) order as the time does.
-    let hash = proposal.map_or(0, |h| (h >> 2).max(1) as i64);
-    let ready = i64::from(proposal.is_some());
-    let winner = predicted.map_or(0, |(w, _)| w as i64 + 1);
-    let time = predicted.map_or(0, |(_, us)| us.max(0.0).to_bits() as i64);
-    let worth = i64::from(worth_searching);
-    let [hash, ready, winner, time, worth] =
-        comm.min_max_i64([hash, ready, winner, time, worth])?;
-    let us = |bits: i64| f64::from_bits(bits as u64);
+    let bits = |x: f64| x.max(0.0).to_bits() as i64;
+    let hash = vote.key.map_or(0, |h| (h >> 2).max(1) as i64);
+    let ready = i64::from(vote.key.is_some());
+    let winner = vote.predicted.map_or(0, |(w, _)| w as i64 + 1);
+    let time = vote.predicted.map_or(0, |(_, us)| bits(us));
+    // 0 is "worth it now"; an instance is at least 1.
+    let until = vote
+        .not_worth_until
+        .map_or(0, |at| i64::try_from(at.max(1)).unwrap_or(i64::MAX));
+    let ratio = bits(vote.checkpoint_over_call);
+    let [hash, ready, winner, time, until, ratio] =
+        comm.min_max_i64([hash, ready, winner, time, until, ratio])?;
+    let value = |bits: i64| f64::from_bits(bits as u64);
     Ok(match (ready.max, ready.min) {
         (0, _) => Checkpoint::Nothing,
         (_, 0) => Checkpoint::Partial,
         _ if hash.same_everywhere() => Checkpoint::Agreed {
             prediction: (winner.min > 0
                 && winner.same_everywhere()
-                && us(time.max) <= us(time.min) * (1.0 + SAME_TIME))
-                .then(|| ((winner.min - 1) as usize, us(time.max))),
-            search: worth.min == 1,
+                && value(time.max) <= value(time.min) * (1.0 + SAME_TIME))
+                .then(|| ((winner.min - 1) as usize, value(time.max))),
+            not_worth_until: (until.max > 0).then_some(until.max as u64),
+            checkpoint_over_call: value(ratio.max),
         },
         _ => Checkpoint::Disagreed,
     })

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use commtune_tune::checkpoints::{self, Found};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan};
@@ -11,10 +12,7 @@ use commtune_tune::{budget, check};
 use commtune_history::predict::{Basis, Predicted};
 use commtune_report::{HistoryPrediction, HistorySource};
 
-use super::state::{
-    CommTuner, CommTunerState, MAX_INTERVAL, MIN_INTERVAL, Phase, Production, Tuner, TunerState,
-    VERIFYING,
-};
+use super::state::{CommTuner, CommTunerState, Phase, Production, Tuner, TunerState, VERIFYING};
 use super::{Measure, SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Facts, Operation};
 use crate::keys::Entry;
@@ -35,6 +33,7 @@ pub(super) fn checkpoint<C: Operation>(
     comm: &mut CommTunerState,
     key: &mut TunerState,
 ) {
+    let start = clock::now();
     let settings = runtime::config().tuning;
     let private = match comm.private {
         Some(p) => p,
@@ -59,38 +58,64 @@ pub(super) fn checkpoint<C: Operation>(
     };
     let instances = search_instances(candidates.len());
     // Whether a search pays is agreed in the checkpoint too (a predicted key costs no search:
-    // the budget does not hold it back), so that no rank's own view starts or skips one.
-    let worth_searching = warm && {
-        let cost = search_cost(candidates.len(), instances, comm, key, at.k);
-        let ready = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost);
-        key.not_worth = ready.err();
-        key.not_worth.is_none()
+    // the budget does not hold it back), so that no rank's own view starts or skips one; a key
+    // not worth searching yet also says from when it will be, so that checkpoints spaced out
+    // meanwhile do not miss it.
+    let mut not_worth_until = None;
+    if warm {
+        // A search's own collectives weigh as the fastest barrier timed after the communicator's
+        // checkpoints (a barrier may lose a time slice); a rank's fastest calls are those it
+        // entered last, which others waited for, so calls weigh at their mean.
+        let collective_over_call = in_calls(comm.collective, key, at.k);
+        let cost = search_cost(candidates.len(), instances, collective_over_call);
+        key.not_worth = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost).err();
+        not_worth_until = key
+            .not_worth
+            .map(|_| checkpoints::worth_at(at.k, at.tuner.born, at.n, cost));
+    }
+    let vote = consensus::Vote {
+        key: warm.then_some(at.key.agree_hash()),
+        predicted: prediction.as_ref().map(|(winner, p)| (*winner, p.us)),
+        not_worth_until,
+        checkpoint_over_call: in_calls(comm.checkpoint, key, at.k),
     };
-    let proposal = warm.then_some(at.key.agree_hash());
-    let predicted = prediction.as_ref().map(|(winner, p)| (*winner, p.us));
-    let agreed = consensus::checkpoint(&private, proposal, predicted, worth_searching);
+    let agreed = consensus::checkpoint(&private, &vote);
+    let took = clock::now().saturating_sub(start);
+    comm.checkpoint = Some(comm.checkpoint.map_or(took, |fastest| fastest.min(took)));
+    if let Ok(consensus::Checkpoint::Agreed {
+        checkpoint_over_call,
+        ..
+    }) = agreed
+    {
+        comm.spacing.weigh(checkpoint_over_call);
+    }
     if agreed.is_ok() && comm.collectives_timed < COLLECTIVES_TIMED {
         time_collective(&private, comm);
     }
-    match agreed {
+    let found = match agreed {
         Ok(consensus::Checkpoint::Agreed {
             prediction: Some((winner, us)),
             ..
         }) => {
-            comm.interval = MIN_INTERVAL;
             if let Some((_, prediction)) = prediction {
                 start_predicted(at, key, (winner, us), &prediction, instances);
             }
+            Found::Busy
         }
         Ok(consensus::Checkpoint::Agreed {
             prediction: None,
-            search: true,
+            not_worth_until: None,
+            ..
         }) => {
-            comm.interval = MIN_INTERVAL;
             start_search(at, comm, key, candidates);
+            Found::Busy
         }
+        Ok(consensus::Checkpoint::Agreed {
+            prediction: None,
+            not_worth_until: Some(at),
+            ..
+        }) => Found::NotWorthUntil(at),
         Ok(consensus::Checkpoint::Disagreed) => {
-            comm.interval = MIN_INTERVAL;
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {
                 key.reason = Some(
@@ -98,22 +123,16 @@ pub(super) fn checkpoint<C: Operation>(
                 );
                 at.tuner.settle(key, 0, Phase::Untuned, u64::MAX);
             }
+            Found::Busy
         }
         Ok(consensus::Checkpoint::Partial) => {
-            comm.interval = MIN_INTERVAL;
             key.partial += 1;
+            Found::Busy
         }
-        // Nothing ready, or a key whose search would not pay yet: checkpoints come more rarely.
-        Ok(
-            consensus::Checkpoint::Nothing
-            | consensus::Checkpoint::Agreed {
-                prediction: None,
-                search: false,
-            },
-        ) => comm.interval = (comm.interval * 2).min(MAX_INTERVAL),
+        Ok(consensus::Checkpoint::Nothing) => Found::Idle,
         Err(_) => return at.slot.disable(comm),
-    }
-    at.slot.schedule_check(comm, at.n);
+    };
+    at.slot.schedule_check(comm, at.n, found);
 }
 
 /// The codelets that may run a call of `facts` and the tuner may try.
@@ -215,20 +234,26 @@ fn time_collective(private: &Comm, comm: &mut CommTunerState) {
     comm.collectives_timed += 1;
 }
 
+/// The key's mean call as the application felt it in warm-up (every call timed) before its
+/// `k`-th, in clock ticks, its slowest left out (a program's first call sets up connections);
+/// None before two calls.
+fn mean_call(key: &TunerState, k: u64) -> Option<f64> {
+    let calls = k.saturating_sub(2);
+    let call = key.ticks.saturating_sub(key.slowest_call) as f64 / calls.max(1) as f64;
+    (calls > 0 && call > 0.0).then_some(call)
+}
+
+/// What `ticks` on this rank cost in calls of the key (0 when either is not known yet).
+fn in_calls(ticks: Option<u64>, key: &TunerState, k: u64) -> f64 {
+    match (ticks, mean_call(key, k)) {
+        (Some(ticks), Some(call)) => ticks as f64 / call,
+        _ => 0.0,
+    }
+}
+
 /// What a search of `candidates` (`instances` of them) would cost the key now, counted in
-/// instances (`budget::search_cost`): its own collectives weigh as this rank saw them, the
-/// fastest barrier timed after the communicator's checkpoints (a barrier may lose a time slice)
-/// against the key's mean call as the application felt it in warm-up (every call timed) before
-/// its `k`-th, its slowest left out (a program's first call sets up connections; a rank's
-/// fastest calls are those it entered last, which others waited for). Nothing yet at the
-/// first checkpoint, which measures it.
-fn search_cost(
-    candidates: usize,
-    instances: u64,
-    comm: &CommTunerState,
-    key: &TunerState,
-    k: u64,
-) -> u64 {
+/// instances (`budget::search_cost`), each of its own collectives `collective_over_call` calls.
+fn search_cost(candidates: usize, instances: u64, collective_over_call: f64) -> u64 {
     let settings = runtime::config().tuning;
     let collectives = sampling::search_collectives(
         candidates,
@@ -236,13 +261,7 @@ fn search_cost(
         settings.block as usize,
         settings.samples,
     );
-    let calls = k.saturating_sub(2);
-    let call = key.ticks.saturating_sub(key.slowest_call) as f64 / calls.max(1) as f64;
-    let ratio = match comm.collective {
-        Some(collective) if calls > 0 && call > 0.0 => collective as f64 / call,
-        _ => 0.0,
-    };
-    budget::search_cost(instances, collectives, ratio)
+    budget::search_cost(instances, collectives, collective_over_call)
 }
 
 fn search_instances(candidates: usize) -> u64 {

@@ -15,6 +15,7 @@ use commtune_history::How;
 use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, SelfCheck};
 use commtune_tune::check::{self, Prediction};
+use commtune_tune::checkpoints::{Found, Spacing};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
@@ -25,11 +26,6 @@ use crate::comms::{self, Communicator};
 use crate::mpi::{Comm, MPI_Comm};
 use crate::runtime;
 use crate::sync::{LeakedCell, lock};
-
-/// Bounds of the spacing of checkpoints, in collective instances of the communicator: a
-/// communicator whose checkpoints keep finding nothing to tune is checked ever more rarely.
-pub const MIN_INTERVAL: u64 = 4;
-pub const MAX_INTERVAL: u64 = 1 << 16;
 
 /// The tuner's state of one communicator (kept in its `comms` record; the record's epoch changes
 /// when the application frees the communicator, so a handle value reused for another
@@ -44,8 +40,8 @@ pub struct CommTuner {
 }
 
 pub struct CommTunerState {
-    pub interval: u64,
-    pub checks: u64,
+    /// When checkpoints come (agreed outcomes only, so alike on every rank).
+    pub spacing: Spacing,
     /// More than one rank and an intra-communicator (decided at first use).
     pub tunable: Option<bool>,
     pub private: Option<Comm>,
@@ -55,6 +51,9 @@ pub struct CommTunerState {
     /// collectives cost (do no harm); and how many were timed.
     pub collective: Option<u64>,
     pub collectives_timed: u32,
+    /// This rank's fastest checkpoint so far, clock ticks: what checkpoints cost (their
+    /// spacing).
+    pub checkpoint: Option<u64>,
     /// The keys of this epoch, by agreed identity.
     keys: HashMap<u64, &'static Tuner, FxBuildHasher>,
     /// The one untuned tuner of every agreed identity beyond `MAX_KEYS`.
@@ -71,13 +70,13 @@ const MAX_KEYS: usize = 1024;
 impl CommTunerState {
     fn new() -> CommTunerState {
         CommTunerState {
-            interval: MIN_INTERVAL,
-            checks: 0,
+            spacing: Spacing::default(),
             tunable: None,
             private: None,
             active: None,
             collective: None,
             collectives_timed: 0,
+            checkpoint: None,
             keys: HashMap::default(),
             overflow: None,
         }
@@ -114,20 +113,16 @@ impl CommTuner {
     fn new(record: &'static Communicator) -> CommTuner {
         CommTuner {
             record,
-            next_check: AtomicU64::new(MIN_INTERVAL),
+            next_check: AtomicU64::new(Spacing::FIRST),
             searching: AtomicBool::new(false),
             state: Mutex::new(CommTunerState::new()),
         }
     }
 
-    /// Schedules the next checkpoint after instance `now`: `interval` with a deterministic
-    /// jitter, so that checkpoints do not keep landing on the same key of a repeating pattern.
-    pub fn schedule_check(&self, comm: &mut CommTunerState, now: u64) {
-        comm.checks += 1;
-        let mut x = comm.checks.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^= x >> 31;
-        self.next_check
-            .store(now + 1 + x % comm.interval, Ordering::Relaxed);
+    /// Schedules the next checkpoint after the one at instance `now` found `found`.
+    pub fn schedule_check(&self, comm: &mut CommTunerState, now: u64, found: Found) {
+        let next = comm.spacing.next(now, found);
+        self.next_check.store(next, Ordering::Relaxed);
     }
 
     /// Starts or ends the search of `active` (None: no search).
@@ -163,7 +158,7 @@ pub fn forget(bits: usize) {
         return;
     };
     *lock(&tuner.state) = CommTunerState::new();
-    tuner.next_check.store(MIN_INTERVAL, Ordering::Relaxed);
+    tuner.next_check.store(Spacing::FIRST, Ordering::Relaxed);
     tuner.searching.store(false, Ordering::Relaxed);
 }
 
@@ -438,8 +433,9 @@ fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
     } else {
         format!(
             "the checkpoints fell on other calls of this communicator (they are 4 to 65536 \
-             collective calls apart, further while no call is ready; a smaller \
-             COMMTUNE_WARMUP={warmup} makes calls ready sooner)"
+             collective calls apart: further while no call is ready, and where a checkpoint \
+             costs as much as many calls, so that checkpoints take about 1 % of the time; a \
+             smaller COMMTUNE_WARMUP={warmup} makes calls ready sooner)"
         )
     };
     format!(

@@ -6,6 +6,7 @@
 //! - `policy`: search policies (which codelets stay in the race after a round, when to decide).
 //! - `settings`: the tuner's knobs as values, and how samples are timed.
 //! - `budget`: do no harm, whether a key's search can pay for itself.
+//! - `checkpoints`: when a communicator's next checkpoint comes.
 //! - `classes`: size classes, so that calls of slightly different sizes share a search.
 //! - `check`: the self-check of a decision against the winner's realised time.
 //! - `sampling`: what a search sample is (blocks of instances) and the order of a search.
@@ -21,6 +22,7 @@
 pub mod attributes;
 pub mod budget;
 pub mod check;
+pub mod checkpoints;
 pub mod classes;
 pub mod edges;
 pub mod policy;

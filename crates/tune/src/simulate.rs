@@ -15,8 +15,9 @@
 //! instance whose successor held one, beyond the codelet's steady median), a barrier's latency,
 //! and the machine's *disturbances* (`DISTURBED`, `STALL`), pooled.
 //!
-//! **The replay** (`replay`) runs N calls of the key: native until the first checkpoint after
-//! COMMTUNE_WARMUP calls, then the search, driven by the library's own `Sampler`, `Plan` and
+//! **The replay** (`replay`) runs N calls of the key, with the library's checkpoints (each a
+//! reduction, spaced by `checkpoints::Spacing`): native until the first checkpoint after
+//! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's own `Sampler`, `Plan` and
 //! `Prediction::assess` with one sampler per rank and the estimates reduced to their maximum over
 //! ranks (`tuner::consensus`), then the winner, with the self-check 18 calls after the decision
 //! (a winner that missed its prediction puts the runner-up on trial for 18 calls; a wrong
@@ -36,22 +37,18 @@
 //! instances, no more. A barrier the traces have no instance for (a codelet whose barriered
 //! instances all held a reduction) is replaced by the ranks leaving together and the fastest
 //! rank's call. Disturbances hit any codelet at one rate per instance, whatever its length.
-//! Drift checks after the self-check, checkpoints other than the first, and the other keys of a
-//! communicator are not replayed.
+//! Drift checks after the self-check and the other keys of a communicator are not replayed.
 
 use std::collections::BTreeMap;
 
 use crate::budget;
 use crate::check::{self, Judgement, Prediction, Verdict};
+use crate::checkpoints::{self, Found, Spacing};
 use crate::policy::{Agreed, Candidate, Next, Plan, Search};
 use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
 use crate::stats::Filter;
 use crate::trace::{Kind, Record, Trace};
-
-/// The library's first checkpoint comes at this collective instance of a communicator
-/// (src/tuner/state.rs: `MIN_INTERVAL`).
-const FIRST_CHECKPOINT: u64 = 4;
 
 /// Instances after a switch that the switch affects, each drawn in its place: the first pays
 /// for what the predecessor left in the queues (up to 1.9 times a steady instance in
@@ -898,7 +895,6 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 .collect(),
         )
     };
-    let start_at = settings.warmup.max(FIRST_CHECKPOINT) + 1;
     // Do no harm as src/tuner/search.rs `checkpoint`: the key is its communicator's only one.
     let instances = sampling::search_instances(
         candidates.len(),
@@ -917,7 +913,12 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
     );
     let native = model.cost(&model.codelets[0]);
     let cost = budget::search_cost(instances, collectives, model.barrier as f64 / native);
+    // A checkpoint is a reduction on the slow path; the spacing weighs it as the library does.
+    let checkpoint_over_call = model.consensus.iter().copied().max().unwrap_or(0) as f64 / native;
     let worth = |k: u64| budget::ready(settings.budget, k, 0, k - 1, cost).is_ok();
+    // Checkpoints as the library's: call k is the communicator's instance k - 1.
+    let mut spacing = Spacing::default();
+    let mut next_checkpoint = Spacing::FIRST;
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
     let mut timing = settings.timing;
@@ -962,10 +963,23 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 }
             }
         }
-        if matches!(phase, Phase::Warmup) && k >= start_at && worth(k) {
+        if !matches!(phase, Phase::Search(_)) && k > next_checkpoint {
             sim.consensus();
-            searches += 1;
-            phase = new_search(timing);
+            if matches!(phase, Phase::Warmup) && k >= settings.warmup {
+                spacing.weigh(checkpoint_over_call);
+            }
+            let found = match phase {
+                Phase::Warmup if k >= settings.warmup && worth(k) => {
+                    searches += 1;
+                    phase = new_search(timing);
+                    Found::Busy
+                }
+                Phase::Warmup if k >= settings.warmup => {
+                    Found::NotWorthUntil(checkpoints::worth_at(k, 0, k - 1, cost))
+                }
+                _ => Found::Idle,
+            };
+            next_checkpoint = spacing.next(k - 1, found);
         }
         let (codelet, barrier, search) = match &mut phase {
             Phase::Warmup => (0, false, false),
@@ -977,6 +991,8 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 }
                 Err((winner, predicted)) => {
                     phase = Phase::Production(production(model, settings, k, winner, predicted));
+                    // The library checks its communicator again at the next instance.
+                    next_checkpoint = k;
                     (winner, false, false)
                 }
             },

@@ -196,8 +196,9 @@ fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
 /// than native and no timing sees it (1.10); the 8-byte alltoall, where a call costs 0.3 us, the
 /// search's own reductions (4.7 us each) are much of the regret, and native's tail of its own
 /// (a mean of 0.6 us, twice the others') is rarely in the self-check's window, and do no harm
-/// waits longer, its barriers and reductions weighed against calls shorter than they are
-/// (1.22); the rig's
+/// waits longer, its barriers and reductions weighed against calls shorter than they are; the
+/// replay charges each checkpoint's reduction too, as the library pays it: five of them, 4 % of
+/// the run (1.27); the rig's
 /// 64 KiB alltoall, where native's tail makes it 1.6 times the best codelet, and a window's mean
 /// shows it in about half of the runs (1.05); and the rig at
 /// 64 KiB, where the oracle comes from one run whose network was faster (rabenseifner 280 us
@@ -212,7 +213,7 @@ fn the_default_settings_stay_within_what_the_data_allows() {
         ("alltoall", 4 << 20, 4, 1.05),
         ("allreduce", 1 << 20, 2, 1.12),
         ("allreduce", 1 << 16, 2, 1.04),
-        ("alltoall", 16, 2, 1.25),
+        ("alltoall", 16, 2, 1.30),
         ("alltoall", 1 << 18, 4, 1.12),
     ];
     for (op, bytes, ranks, bound) in bounds {
