@@ -18,7 +18,8 @@ use serde_json::Value;
 
 /// Native and pairwise only, `brute` with two samples each, searching as soon as warm; a wide
 /// COMMTUNE_PMAX: a rank's 2 ms episode also waits for its peer, which sleeps its own delay at
-/// another phase, so one run's pairwise episodes took 2.1 ms and the next one's 4 ms (MPICH);
+/// another phase, so one run's pairwise episodes took 2.1 ms and the next one's 4 ms (MPICH),
+/// and 6.1 ms on a machine busy compiling beside the test (Open MPI, 188 % over the prediction);
 /// the dismissed prediction misses by 900 %.
 const TUNING: &[(&str, &str)] = &[
     ("COMMTUNE_MODE", "tune"),
@@ -26,7 +27,7 @@ const TUNING: &[(&str, &str)] = &[
     ("COMMTUNE_SEARCH", "brute"),
     ("COMMTUNE_SAMPLES", "2"),
     ("COMMTUNE_BLOCK", "2"),
-    ("COMMTUNE_PMAX", "1.5"),
+    ("COMMTUNE_PMAX", "3"),
     (
         "COMMTUNE_EXCLUDE",
         "halo=persistent,halo=irecv_first,halo=pack",
