@@ -119,7 +119,10 @@ pub(super) fn checkpoint<C: Operation>(
             prediction: None,
             not_worth_until: Some(at),
             ..
-        }) => Found::NotWorthUntil(at),
+        }) => {
+            key.not_worth_elsewhere = key.not_worth.is_none();
+            Found::NotWorthUntil(at)
+        }
         Ok(consensus::Checkpoint::Disagreed) => {
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {

@@ -16,7 +16,9 @@ use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, SelfCheck};
 use commtune_tune::check::{self, Prediction};
 use commtune_tune::checkpoints::{Found, Spacing};
-use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
+use commtune_tune::report::{
+    NOT_WORTH_ELSEWHERE, Progress, Stage, not_worth_reason, warmup_reason,
+};
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
 use commtune_tune::{Agreed, Plan, Timing};
@@ -303,6 +305,8 @@ pub struct TunerState {
     /// The latest checkpoint that found a search would not pay for itself yet: the search's
     /// instances at most, and the calls expected to remain.
     pub not_worth: Option<(u64, f64)>,
+    /// The latest checkpoint found a search worth it on this rank, not on every rank.
+    pub not_worth_elsewhere: bool,
     /// What the key ran when, for the report.
     pub timeline: Timeline,
     /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING
@@ -417,6 +421,9 @@ pub const DISMISSED: &str = "dismissed";
 fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
     if let Some((instances, remaining)) = key.not_worth {
         return not_worth_reason(instances, remaining);
+    }
+    if key.not_worth_elsewhere {
+        return NOT_WORTH_ELSEWHERE.to_string();
     }
     let detail = if key.waited > 0 {
         format!(

@@ -45,6 +45,12 @@ pub fn warmup_reason(instances: u64, warmup: u64) -> String {
     format!("called {instances} times, fewer than COMMTUNE_WARMUP={warmup}")
 }
 
+/// Why a warm key is not searched yet on a rank that found its search worth it: each rank
+/// weighs a search with its own times, and one starts only where every rank finds it worth it.
+pub const NOT_WORTH_ELSEWHERE: &str = "not searched yet: a search would pay for itself on this \
+     rank, not yet on every rank (each weighs its cost with its own times, and a search starts \
+     only where every rank finds it worth it)";
+
 /// Why a warm key is not searched yet (do no harm, `budget`): a search costing `instances`
 /// (`budget::search_cost`) against the `remaining` calls expected.
 pub fn not_worth_reason(instances: u64, remaining: f64) -> String {
