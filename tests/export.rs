@@ -133,6 +133,7 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
         timing: Some(Settings::default().timing.name().into()),
         realised_us: None,
         winner: winner.into(),
+        replaced: None,
         time: 0,
         how: How::Search,
     }

@@ -1,7 +1,8 @@
 //! Halo decisions across runs with real MPI jobs (tests/programs/stencil.c on 2 ranks, Open MPI
 //! and MPICH): every rank's decision reaches the store, a second run of the same stencil starts
 //! each rank's exchange in production with the recorded winner and the safety net confirms it
-//! (no search), a slowed-down winner is dismissed by the safety net and searched, the
+//! (no search), a winner the self-check replaced with its runner-up is recorded so that the
+//! runner-up is what a second run predicts, a slowed-down winner is dismissed by the safety net and searched, the
 //! collective-only readers (`commtune map`, `export`) say the same with halo entries in the store
 //! as without, `commtune history` lists them after the collectives', and a damaged halo file is
 //! one warning line.
@@ -40,8 +41,13 @@ const PAIRWISE_WINS: &str = "halo:native=10ms,halo:pairwise=2ms";
 /// The stencil (a 2-D periodic torus, 80 exchanges) on 2 ranks, tuned with `delays`, recording
 /// into and predicting from `store`.
 fn stencil_job(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job {
+    stencil_job_on(2, flavour, dir, store, delays)
+}
+
+/// `stencil_job` on `ranks` ranks.
+fn stencil_job_on(ranks: usize, flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job {
     let program = compile(flavour, "stencil.c", dir);
-    let mut job = run(flavour, 2, &program, dir)
+    let mut job = run(flavour, ranks, &program, dir)
         .args(&["2", "12", "1", "1", "80", "waitall", "none", "sends_first"])
         .env("COMMTUNE_INJECT_DELAY", delays)
         .env("COMMTUNE_HISTORY", &store.to_string_lossy());
@@ -55,7 +61,12 @@ fn stencil_job(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job 
 
 /// `stencil_job` with no warning; the report's halo exchange's tuning.
 fn stencil(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
-    let job = stencil_job(flavour, dir, store, delays);
+    stencil_on(2, flavour, dir, store, delays)
+}
+
+/// `stencil` on `ranks` ranks.
+fn stencil_on(ranks: usize, flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Value {
+    let job = stencil_job_on(ranks, flavour, dir, store, delays);
     assert!(
         !job.stderr().contains("history store"),
         "no warning about the store: {}",
@@ -191,6 +202,76 @@ fn a_slower_predicted_halo_winner_is_searched_again_mpich() {
     a_slower_winner_is_dismissed(Mpich, "halo-history-dismissed-mpich");
 }
 
+/// Pairwise wins the search (native is 10 ms slower), then misses its prediction by 40 ms;
+/// native, tried for a window, takes its 10 ms and replaces pairwise (as tests/halo.rs's
+/// `a_runner_up_that_holds_its_estimate_replaces_the_halo_winner`, on one rank: a torus of one
+/// exchanging with itself, so that no peer's delay lands in a trial). The store records native
+/// with its trial's time and pairwise's realised time; the second run with the same delays
+/// predicts native, not the misjudged pairwise, confirms it and searches nothing.
+fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let store = dir.join("store");
+    let delays = "halo:native=10ms,halo:pairwise=40ms@14";
+    let first = stencil_on(1, flavour, &dir, &store, delays);
+    assert_eq!(first["check"]["verdict"], "runner_up", "{first:#}");
+    assert_eq!(first["winner"], "native", "{first:#}");
+    let entries = halo_entries(&store);
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(
+        (e.winner.as_str(), e.how),
+        ("native", How::Search),
+        "{e:#?}"
+    );
+    let replaced = e.replaced.as_ref().expect("the winner it replaced");
+    assert_eq!(replaced.codelet, "pairwise", "{e:#?}");
+    let native = e.realised_us.expect("the trial's time");
+    assert!(
+        (5_000.0..30_000.0).contains(&native) && replaced.realised_us > native + 10_000.0,
+        "native's 10 ms in its trial, pairwise's 40 ms: {e:#?}"
+    );
+    let estimate = |codelet: &str| {
+        e.estimates
+            .iter()
+            .find(|c| c.codelet == codelet)
+            .map(|c| c.us)
+    };
+    assert!(
+        estimate("pairwise") > estimate("native"),
+        "pairwise's estimate corrected behind native's: {e:#?}"
+    );
+
+    let second = stencil_on(1, flavour, &dir, &store, delays);
+    let prediction = &second["prediction"];
+    assert_eq!(prediction["winner"], "native", "{second:#}");
+    assert_eq!(prediction["outcome"], "confirmed", "{second:#}");
+    assert_eq!(second["winner"], "native", "{second:#}");
+    assert_eq!(
+        (
+            second["searches"].as_u64(),
+            second["search_instances"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "no search: {second:#}"
+    );
+    let confirmed: Vec<HaloEntry> = halo_entries(&store)
+        .into_iter()
+        .filter(|e| e.how == How::PredictionConfirmed)
+        .collect();
+    assert_eq!(confirmed.len(), 1, "{confirmed:#?}");
+    assert_eq!(confirmed[0].winner, "native");
+}
+
+#[test]
+fn a_replaced_halo_winner_is_not_predicted_again_openmpi() {
+    a_replaced_winner_is_not_predicted_again(OpenMpi, "halo-history-replaced-openmpi");
+}
+
+#[test]
+fn a_replaced_halo_winner_is_not_predicted_again_mpich() {
+    a_replaced_winner_is_not_predicted_again(Mpich, "halo-history-replaced-mpich");
+}
+
 /// `commtune map` and `export` over a store of collective entries print the same with halo
 /// entries in it as without, and `history` lists them after the collective entries.
 #[test]
@@ -218,6 +299,7 @@ fn collective_readers_ignore_halo_entries() {
                 timing: Some("barrier".into()),
                 realised_us: None,
                 winner: String::new(),
+                replaced: None,
                 time: 1_795_000_000,
                 how: How::Search,
             };

@@ -1,8 +1,9 @@
 //! Prediction from the history store with real jobs, Open MPI and MPICH: a second run of a
 //! program starts its keys with the winner the first run's search found and searches nothing;
-//! the safety net dismisses a prediction whose winner turned slow; entries of another platform or
-//! timing predict nothing; sizes between decided ones are predicted, in a run and from the store;
-//! ranks that read different stores search, without hanging.
+//! the safety net dismisses a prediction whose winner turned slow; a winner the self-check
+//! replaced with its runner-up is not predicted again, the runner-up is; entries of another
+//! platform or timing predict nothing; sizes between decided ones are predicted, in a run and
+//! from the store; ranks that read different stores search, without hanging.
 
 mod common;
 
@@ -177,6 +178,88 @@ fn a_slower_winner_is_dismissed_and_searched_openmpi() {
 #[test]
 fn a_slower_winner_is_dismissed_and_searched_mpich() {
     a_slower_winner_is_dismissed_and_searched(Mpich);
+}
+
+/// The first run's self-check replaces ring, its search's winner, with the runner-up (as
+/// tests/tuner.rs's `a_runner_up_that_holds_its_estimate_replaces_a_wrong_winner`: every other
+/// codelet takes 40 ms, the runner-up in its trial too; ring 100 ms from call 24 on, inside
+/// the window after its decision at call 19), and the store records the runner-up with both
+/// realised times. The second run with the same delays predicts the runner-up, not ring, its
+/// safety net confirms it, and nothing is searched. The allreduce alone is tuned (its calls
+/// alone count the communicator's instances), searched briefly (`brute`, 2 samples).
+fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("predict_replaced_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "40ms");
+    delays.push("allreduce:ring=100ms@24".into());
+    let job = || {
+        run(flavour, np, &exe, &dir)
+            .args(&["70"])
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_BUDGET", "1")
+            .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
+            .env("COMMTUNE_SEARCH", "brute")
+            .env("COMMTUNE_SAMPLES", "2")
+            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+            .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+            // 40 ms calls on a loaded machine: the trial's window and the safety net's differ
+            // by a scheduler slice or two; ring would miss by 150 %.
+            .env("COMMTUNE_PMAX", "1")
+            .go()
+    };
+    let first = allreduce(&job());
+    let t = &first["tuning"];
+    assert_eq!(t["check"]["verdict"], "runner_up", "{first:#}");
+    let runner_up = t["winner"].as_str().unwrap().to_string();
+    assert_ne!(runner_up, "ring", "{first:#}");
+    let entries = commtune_history::load(&store).entries;
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(
+        (e.winner.as_str(), e.how),
+        (runner_up.as_str(), How::Search)
+    );
+    let replaced = e.replaced.as_ref().expect("the winner it replaced");
+    assert_eq!(replaced.codelet, "ring", "{e:#?}");
+    let realised = e.realised_us.expect("the trial's time");
+    assert!(
+        (35_000.0..70_000.0).contains(&realised) && replaced.realised_us > realised + 20_000.0,
+        "the runner-up's 40 ms in its trial, ring's 100 ms: {e:#?}"
+    );
+    let best = e
+        .estimates
+        .iter()
+        .min_by(|a, b| a.us.total_cmp(&b.us))
+        .unwrap();
+    assert_eq!(best.codelet, runner_up, "ring's estimate corrected: {e:#?}");
+
+    let second = allreduce(&job());
+    predicted(&second, &runner_up);
+    assert_eq!(second["tuning"]["prediction"]["from"][0]["how"], "search");
+    let mut hows: Vec<(How, String)> = commtune_history::load(&store)
+        .entries
+        .into_iter()
+        .map(|e| (e.how, e.winner))
+        .collect();
+    hows.sort_by_key(|(how, _)| how.name());
+    assert_eq!(
+        hows,
+        [
+            (How::PredictionConfirmed, runner_up.clone()),
+            (How::Search, runner_up)
+        ]
+    );
+}
+
+#[test]
+fn a_replaced_winner_is_not_predicted_again_openmpi() {
+    a_replaced_winner_is_not_predicted_again(OpenMpi, 4);
+}
+
+#[test]
+fn a_replaced_winner_is_not_predicted_again_mpich() {
+    a_replaced_winner_is_not_predicted_again(Mpich, 2);
 }
 
 #[test]

@@ -13,10 +13,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::SystemTime;
 
 use commtune_history::halo::{self, Episode, HaloEntry};
-use commtune_history::{Estimate, How};
+use commtune_history::{Estimate, How, Replaced};
 use commtune_tune::classes::class_name;
 
 use crate::runtime::{self, Process};
@@ -71,20 +70,10 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
     if knowledge::store(runtime::config()).is_none() {
         return Vec::new();
     }
-    let time = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let platform = knowledge::platform(process);
     decided()
         .into_iter()
-        .map(|d| HaloEntry {
-            size_class: class_name(d.episode.bytes),
-            episode: d.episode,
-            ranks_per_node: knowledge::ranks_per_node(),
-            signature: d.signature,
-            mpi: process.mpi.clone(),
-            platform: platform.clone(),
-            estimates: d
+        .map(|d| {
+            let estimates = d
                 .estimates
                 .into_iter()
                 .map(|e| Estimate {
@@ -92,12 +81,24 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
                     us: e.estimate_us,
                     error_us: e.error_us,
                 })
-                .collect(),
-            timing: d.timing.name().to_string(),
-            realised_us: d.realised_us.filter(|us| us.is_finite() && *us > 0.0),
-            winner: d.winner.to_string(),
-            time,
-            how: knowledge::how(d.how, runtime::config()),
+                .collect();
+            let recorded =
+                knowledge::recorded(process, estimates, d.winner, d.realised_us, d.replaced);
+            HaloEntry {
+                size_class: class_name(d.episode.bytes),
+                episode: d.episode,
+                ranks_per_node: recorded.ranks_per_node,
+                signature: d.signature,
+                mpi: recorded.mpi,
+                platform: recorded.platform,
+                estimates: recorded.estimates,
+                timing: d.timing.name().to_string(),
+                realised_us: recorded.realised_us,
+                winner: d.winner.to_string(),
+                replaced: recorded.replaced,
+                time: recorded.time,
+                how: knowledge::how(d.how, runtime::config()),
+            }
         })
         .collect()
 }
@@ -112,5 +113,7 @@ pub struct Decided {
     pub timing: commtune_tune::Timing,
     pub realised_us: Option<f64>,
     pub winner: &'static str,
+    /// The search's winner the self-check replaced with `winner`, its runner-up.
+    pub replaced: Option<Replaced>,
     pub how: How,
 }

@@ -36,8 +36,8 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use commtune_history::How;
 use commtune_history::halo::Episode;
+use commtune_history::{How, Replaced};
 use commtune_report::{HistoryPrediction, HistorySource, Op, TuningData};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHasher};
@@ -54,7 +54,7 @@ use crate::codelets;
 use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::sync::lock;
-use crate::tuner::{CONFIRMED, VERIFYING, confirmed_estimate, safety_net_holds};
+use crate::tuner::{CONFIRMED, VERIFYING, confirmed_estimate, safety_net_holds, verifying};
 use crate::{clock, runtime};
 
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
@@ -123,8 +123,9 @@ struct Production {
     predicted: Option<Prediction>,
     /// The runner-up on trial after the winner missed, and the winner's realised time.
     trial: Option<(usize, f64)>,
-    /// The history's predicted time per episode (µs) until the safety net judges it.
-    from_history: Option<f64>,
+    /// The search's winner that the self-check replaced with this runner-up (their realised
+    /// times are the class's `checked`).
+    replaced: Option<usize>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
     /// The self-check's window: where its first instance started (period: the completion before
@@ -247,7 +248,8 @@ pub fn completed(
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
-            match p.from_history.take() {
+            // A prediction being verified is production's first window after it.
+            match verifying(&t.prediction) {
                 Some(predicted_us) => safety_net(t, predicted_us, realised),
                 None => self_check(t, predicted, realised),
             }
@@ -353,11 +355,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
     };
     let settings = runtime::config().tuning;
     let timing = settings.timing;
-    let estimate_us = recorded
-        .estimates
-        .iter()
-        .find(|e| e.codelet == recorded.winner)
-        .map(|e| e.us);
+    let estimate_us = recorded.winner_estimate().map(|e| e.us);
     t.prediction = Some(HistoryPrediction {
         // The same rank's identical episode: the closest entry, at distance 0.
         predictor: "closest".to_string(),
@@ -385,9 +383,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
         runner_up: None,
         timing,
     };
-    let mut production = Production::new(winner, Some(checked));
-    production.from_history = Some(predicted_us);
-    t.production = Some(production);
+    t.production = Some(Production::new(winner, Some(checked)));
     t.timeline.push(Mark::Decision {
         call: t.instances,
         winner,
@@ -447,6 +443,7 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     let Some(p) = &mut t.production else {
         return;
     };
+    let winner = p.winner;
     let (winner_realised, runner_up_realised, verdict) = match p.trial.take() {
         Some((_, winner_realised)) => {
             let verdict =
@@ -475,7 +472,9 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
         }
         check::Next::Settle(codelet) => {
             t.reason = Some(check::RUNNER_UP_KEPT);
-            t.production = Some(Production::new(codelet, None));
+            let mut production = Production::new(codelet, None);
+            production.replaced = Some(winner);
+            t.production = Some(production);
         }
     }
 }
@@ -486,7 +485,7 @@ impl Production {
             winner,
             predicted,
             trial: None,
-            from_history: None,
+            replaced: None,
             instances: 0,
             window_start: None,
             window: Vec::new(),
@@ -676,9 +675,10 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
 }
 
 /// What each of this rank's classes in production decided (once per class), for the history:
-/// a search's decision (its self-check's realised time if it ran), or a prediction the safety
-/// net confirmed, each with the timing its estimates were measured with. Not: a prediction not
-/// yet verified, a class whose self-check replaced the winner with its runner-up.
+/// a search's decision (its self-check's realised time if it ran; the runner-up, with its
+/// trial's, when the self-check replaced the winner with it), or a prediction the safety net
+/// confirmed, each with the timing its estimates were measured with. Not: a prediction not yet
+/// verified.
 pub fn decided() -> Vec<Decided> {
     let mut seen = rustc_hash::FxHashSet::default();
     CLASS_OF
@@ -692,10 +692,14 @@ pub fn decided() -> Vec<Decided> {
 /// What `class` decided, if it is to be recorded (see `decided`).
 fn decision(class: &Class) -> Option<Decided> {
     let names = codelets::names(Op::Halo);
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     let t = lock(&class.tuner);
-    let (Some(p), None) = (&t.production, t.reason) else {
+    let p = t.production.as_ref()?;
+    // A reason says why production is not a decision, except the self-check's replacement
+    // (`check::RUNNER_UP_KEPT`, for the report), which is the search's decision corrected.
+    if t.reason.is_some() && p.replaced.is_none() {
         return None;
-    };
+    }
     let confirmed = t
         .prediction
         .as_ref()
@@ -712,14 +716,26 @@ fn decision(class: &Class) -> Option<Decided> {
         ),
         (None, Some(plan)) => (
             plan.report_estimates(&names, clock::ns_per_tick()),
-            // A check of this decision (one that reopened the search judged the one before).
+            // A check of this decision (one that reopened the search judged the one before):
+            // the winner's realised time, or the runner-up's trial that replaced the winner.
             t.checked
-                .filter(|&(_, _, _, verdict)| verdict == Verdict::Kept)
-                .map(|(_, realised, _, _)| realised * clock::ns_per_tick() * 1e-3),
+                .and_then(|(_, realised, runner_up, verdict)| match verdict {
+                    Verdict::Kept => Some(realised),
+                    Verdict::RunnerUp(_) => runner_up,
+                    Verdict::Reopen(_) => None,
+                })
+                .map(us),
             How::Search,
         ),
         _ => return None,
     };
+    let replaced = p
+        .replaced
+        .zip(t.checked)
+        .map(|(codelet, (_, realised, _, _))| Replaced {
+            codelet: names[codelet].to_string(),
+            realised_us: us(realised),
+        });
     Some(Decided {
         episode: class.episode.clone(),
         signature: class.signature.clone(),
@@ -727,6 +743,7 @@ fn decision(class: &Class) -> Option<Decided> {
         timing: t.timing.unwrap_or(runtime::config().tuning.timing),
         realised_us,
         winner: names[p.winner],
+        replaced,
         how,
     })
 }
@@ -757,10 +774,9 @@ mod tests {
         class
     }
 
-    /// A class (not in the tables) that the history predicted to run `pairwise` at 100 µs per
-    /// episode, in production with it, its safety net to come.
-    fn predicted() -> Class {
-        let class = Class {
+    /// A class not in the tables, with nothing tuned yet.
+    fn untuned() -> Class {
+        Class {
             id: 0,
             comms: Vec::new(),
             live: AtomicBool::new(true),
@@ -773,7 +789,13 @@ mod tests {
                 bytes: 1024,
             },
             signature: String::new(),
-        };
+        }
+    }
+
+    /// A class (not in the tables) that the history predicted to run `pairwise` at 100 µs per
+    /// episode, in production with it, its safety net to come.
+    fn predicted() -> Class {
+        let class = untuned();
         let pairwise = crate::codelets::halo::PAIRWISE;
         {
             let mut t = lock(&class.tuner);
@@ -788,9 +810,7 @@ mod tests {
                 outcome: VERIFYING.into(),
                 saved_instances: 8,
             });
-            let mut production = Production::new(pairwise, None);
-            production.from_history = Some(100.0);
-            t.production = Some(production);
+            t.production = Some(Production::new(pairwise, None));
         }
         class
     }
@@ -832,6 +852,94 @@ mod tests {
         assert_eq!(t.searches, 1);
         drop(t);
         assert!(decision(&class).is_none(), "searching: nothing decided yet");
+    }
+
+    #[test]
+    fn a_runner_up_that_replaced_the_winner_is_recorded_with_both_realised_times() {
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        let class = untuned();
+        let predicted = Prediction {
+            winner: ticks(10.0),
+            runner_up: Some((NATIVE, ticks(20.0))),
+            timing: Timing::Local,
+        };
+        {
+            let mut t = lock(&class.tuner);
+            let mut plan = Plan::new(commtune_tune::Search::Brute, Search::candidates(), 2);
+            let agreed = |us| commtune_tune::Agreed {
+                location: ticks(us),
+                error: ticks(1.0),
+            };
+            plan.estimates = vec![(NATIVE, agreed(20.0)), (pairwise, agreed(10.0))];
+            t.decided = Some(plan);
+            t.searches = 1;
+            t.production = Some(Production::new(pairwise, Some(predicted)));
+            // Pairwise realised 50 µs: native on trial, which takes its 21.
+            self_check(&mut t, predicted, ticks(50.0));
+            assert_eq!(t.production.as_ref().map(Production::running), Some(NATIVE));
+            self_check(&mut t, predicted, ticks(21.0));
+            assert_eq!(t.reason, Some(check::RUNNER_UP_KEPT));
+        }
+        let d = decision(&class).expect("the runner-up is recorded");
+        assert_eq!((d.how, d.winner), (How::Search, "native"));
+        let replaced = d.replaced.expect("with the winner it replaced");
+        assert_eq!(replaced.codelet, "pairwise");
+        assert!((replaced.realised_us - 50.0).abs() < 1e-6, "{replaced:?}");
+        assert!((d.realised_us.unwrap() - 21.0).abs() < 1e-6, "the trial's");
+        let names: Vec<&str> = d.estimates.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["native", "pairwise"], "the search's estimates");
+    }
+
+    #[test]
+    fn a_search_the_self_check_reopened_is_recorded_as_the_one_after() {
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        let class = untuned();
+        let agreed = |us| commtune_tune::Agreed {
+            location: ticks(us),
+            error: ticks(1.0),
+        };
+        {
+            let mut t = lock(&class.tuner);
+            start_search(&mut t);
+            let search = t.search.as_mut().unwrap();
+            search.sampler.plan.estimates = vec![(NATIVE, agreed(20.0)), (pairwise, agreed(10.0))];
+            decide(&mut t, pairwise);
+            let first = t.production.as_ref().unwrap().predicted.unwrap();
+            // Pairwise realised 50 µs, native 30 in its trial: both missed, search again.
+            self_check(&mut t, first, ticks(50.0));
+            self_check(&mut t, first, ticks(30.0));
+            assert!(t.production.is_none() && t.search.is_some());
+            assert_eq!(t.timing, Some(Timing::Period));
+            let search = t.search.as_mut().unwrap();
+            search.sampler.plan.estimates = vec![(NATIVE, agreed(28.0)), (pairwise, agreed(45.0))];
+            decide(&mut t, NATIVE);
+        }
+        let d = decision(&class).expect("the second search decided");
+        assert_eq!((d.winner, d.timing), ("native", Timing::Period));
+        assert_eq!(
+            d.realised_us, None,
+            "the check that reopened judged the first"
+        );
+        assert!(
+            (d.estimates[0].estimate_us - 28.0).abs() < 1e-6,
+            "{:?}",
+            d.estimates
+        );
+        {
+            let mut t = lock(&class.tuner);
+            let second = t.production.as_ref().unwrap().predicted.unwrap();
+            self_check(&mut t, second, ticks(29.0));
+        }
+        let d = decision(&class).expect("kept");
+        assert_eq!(
+            (d.winner, d.timing, d.how),
+            ("native", Timing::Period, How::Search)
+        );
+        assert!(
+            (d.realised_us.unwrap() - 29.0).abs() < 1e-6,
+            "the second check's"
+        );
+        assert!(d.replaced.is_none());
     }
 
     #[test]

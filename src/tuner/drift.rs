@@ -14,6 +14,7 @@ use super::search::{candidates, search_step, start_search, trace};
 
 use super::state::{
     CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState, safety_net_holds,
+    verifying,
 };
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
@@ -59,7 +60,7 @@ pub(super) fn drift_check<C: Operation>(
         return trial_check(at, comm, key, trial, realised);
     }
     if p.baseline.is_none()
-        && let Some(predicted_us) = p.from_history.take()
+        && let Some(predicted_us) = verifying(&key.prediction)
     {
         let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
         let us = ticks * clock::ns_per_tick() * 1e-3;
@@ -290,7 +291,8 @@ fn trial_check<C: Operation>(
 /// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
 /// ticks per call; the runner-up `runner_up_realised` if it was on trial), and reports it: a
 /// kept decision is what the history and the rest of the run learn; a wrong one reopens the
-/// search (returns its step) or settles on the runner-up that beat it.
+/// search (returns its step) or settles on the runner-up that beat it, which they learn
+/// instead, with the two codelets' realised times.
 fn judged<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -338,9 +340,13 @@ fn judged<C: Operation>(
         }
         check::Next::Settle(codelet) => {
             key.reason = Some(check::RUNNER_UP_KEPT);
-            let production = Phase::Production(Production::new(codelet, None));
+            let mut production = Production::new(codelet, None);
+            production.realised_us = runner_up_realised.map(us);
+            production.replaced = Some((winner, us(realised)));
             let drift_at = at.k + settings.drift_interval;
-            at.tuner.settle(key, codelet, production, drift_at);
+            at.tuner
+                .settle(key, codelet, Phase::Production(production), drift_at);
+            knowledge::learn(at.entry, key);
             None
         }
     }

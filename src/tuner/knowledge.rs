@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use commtune_history::predict::{Knowledge, Predicted, Problem};
-use commtune_history::{self as history, Estimate, How, Platform};
+use commtune_history::{self as history, Estimate, How, Platform, Replaced};
 use commtune_tune::classes::class_name;
 
 use super::state::{Decision, TunerState};
@@ -146,40 +146,85 @@ pub fn learn(entry: &Entry, key: &TunerState) {
 pub fn entry(entry: &Entry, decision: &Decision, process: &Process) -> history::Entry {
     let description = &entry.description;
     let names = codelets::names(entry.op);
+    let estimates = decision
+        .estimates
+        .iter()
+        .map(|(i, agreed)| Estimate {
+            codelet: names[*i].to_string(),
+            us: agreed.location,
+            error_us: agreed.error,
+        })
+        .collect();
+    let replaced = decision.replaced.map(|(i, us)| Replaced {
+        codelet: names[i].to_string(),
+        realised_us: us,
+    });
+    let winner = names[decision.winner];
+    let recorded = recorded(process, estimates, winner, decision.realised_us, replaced);
     history::Entry {
         op: entry.op.name().to_string(),
         comm_size: decision.comm_size,
-        ranks_per_node: ranks_per_node(),
+        ranks_per_node: recorded.ranks_per_node,
         size_class: class_name(description.bytes_per_call),
         bytes: description.bytes_per_call,
         signature: description.signature.clone(),
         facts: description.facts.clone(),
-        mpi: process.mpi.clone(),
-        platform: platform(process),
-        estimates: decision
-            .estimates
-            .iter()
-            .map(|(i, agreed)| Estimate {
-                codelet: names[*i].to_string(),
-                us: agreed.location,
-                error_us: agreed.error,
-            })
-            .collect(),
+        mpi: recorded.mpi,
+        platform: recorded.platform,
+        estimates: recorded.estimates,
         timing: Some(decision.timing.name().to_string()),
-        // An empty window measures 0: no time at all.
-        realised_us: decision
-            .realised_us
-            .filter(|us| us.is_finite() && *us > 0.0),
-        winner: names[decision.winner].to_string(),
-        time: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        realised_us: recorded.realised_us,
+        winner: winner.to_string(),
+        replaced: recorded.replaced,
+        time: recorded.time,
         how: decision.how,
     }
 }
 
+/// What a collective entry (`entry`) and a halo entry (`halo::history::entries`) of this job
+/// record alike: where and when it was measured, and the decision's times as the store keeps
+/// them (`recorded`).
+pub(crate) struct Recorded {
+    pub mpi: String,
+    pub platform: Platform,
+    pub ranks_per_node: Option<u32>,
+    /// Seconds since 1970 (UTC), now.
+    pub time: u64,
+    pub estimates: Vec<Estimate>,
+    pub realised_us: Option<f64>,
+    pub replaced: Option<Replaced>,
+}
+
+/// The record of a decision of `winner` with the search's `estimates` (µs), the winner's
+/// `realised_us` in production and the winner the self-check `replaced`, if it did: a realised
+/// time only when it is one (an empty window measures 0), and estimates that rank the codelets
+/// as production did (`Replaced::correct`).
+pub(crate) fn recorded(
+    process: &Process,
+    mut estimates: Vec<Estimate>,
+    winner: &str,
+    realised_us: Option<f64>,
+    replaced: Option<Replaced>,
+) -> Recorded {
+    let realised_us = realised_us.filter(|us| us.is_finite() && *us > 0.0);
+    if let Some(replaced) = &replaced {
+        replaced.correct(&mut estimates, winner, realised_us);
+    }
+    Recorded {
+        mpi: process.mpi.clone(),
+        platform: platform(process),
+        ranks_per_node: ranks_per_node(),
+        time: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        estimates,
+        realised_us,
+        replaced,
+    }
+}
+
 /// Ranks of MPI_COMM_WORLD on this host, as the launcher says (Open MPI's mpirun, Hydra).
-pub(crate) fn ranks_per_node() -> Option<u32> {
+fn ranks_per_node() -> Option<u32> {
     ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
         .find_map(|name| std::env::var(name).ok()?.parse().ok())

@@ -47,6 +47,7 @@ use self::search::{checkpoint, end_stalled_search, search_step};
 pub use self::state::DISMISSED;
 pub use self::state::{
     CONFIRMED, Decision, VERIFYING, confirmed_estimate, forget as comm_freed, safety_net_holds,
+    verifying,
 };
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
 

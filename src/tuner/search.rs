@@ -218,8 +218,7 @@ fn start_predicted<C: Operation>(
         )
     });
     key.timeline.push(Mark::Decision { call: at.k, winner });
-    let mut production = Production::new(winner, None);
-    production.from_history = Some(us);
+    let production = Production::new(winner, None);
     let first_check = at.k + check::first_check(config.tuning.drift_interval);
     at.tuner
         .settle(key, winner, Phase::Production(production), first_check);

@@ -330,15 +330,18 @@ impl TunerState {
     }
 
     /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
-    /// in production after a search that ran to its decision (not ended early, not overruled by
-    /// the self-check) or after a prediction the safety net confirmed (its predicted time as
-    /// the searches estimate it is then the one estimate, `confirmed_estimate`).
+    /// in production after a search that ran to its decision (not ended early; the runner-up
+    /// when the self-check replaced the winner with it) or after a prediction the safety net
+    /// confirmed (its predicted time as the searches estimate it is then the one estimate,
+    /// `confirmed_estimate`).
     pub fn decision(&self, us_per_tick: f64) -> Option<Decision> {
         let key = self;
         let Phase::Production(p) = &key.phase else {
             return None;
         };
-        if key.reason.is_some() {
+        // A reason says why production is not a decision, except the self-check's replacement
+        // (`check::RUNNER_UP_KEPT`, for the report), which is the search's decision corrected.
+        if key.reason.is_some() && p.replaced.is_none() {
             return None;
         }
         let decision = |estimates, how| Decision {
@@ -348,6 +351,7 @@ impl TunerState {
             comm_size: key.comm_size,
             timing: key.timing(),
             realised_us: p.realised_us,
+            replaced: p.replaced,
         };
         if let Some(plan) = &key.decided {
             let us = |a: &Agreed| Agreed {
@@ -384,6 +388,8 @@ pub struct Decision {
     /// The winner's realised time per call in production, if the self-check or the safety net
     /// measured it (`Production::realised_us`).
     pub realised_us: Option<f64>,
+    /// The search's winner the self-check replaced with this one (`Production::replaced`).
+    pub replaced: Option<(usize, f64)>,
 }
 
 /// The estimate a confirmed prediction records: its predicted time as the searches estimate it,
@@ -410,6 +416,13 @@ pub fn safety_net_holds(
         }
     }
     confirmed
+}
+
+/// The predicted time per call (µs) of a key's or a halo class's `prediction` that its safety
+/// net (the first window of production after it) has yet to judge.
+pub fn verifying(prediction: &Option<HistoryPrediction>) -> Option<f64> {
+    let verifying = prediction.as_ref().filter(|h| h.outcome == VERIFYING);
+    verifying.map(|h| h.predicted_us)
 }
 
 /// `HistoryPrediction::outcome`s.
@@ -478,13 +491,15 @@ pub struct Production {
     /// decided (one codelet applies, or a search ended early). The first drift window checks
     /// the prediction.
     pub predicted: Option<Prediction>,
-    /// The history's predicted time per call (microseconds) that the first window verifies
-    /// (the safety net), for a key that started from a prediction.
-    pub from_history: Option<f64>,
     /// The winner's realised time per call (microseconds, agreed) once the self-check kept the
-    /// search's decision or the safety net confirmed the prediction: what the history records
-    /// for later jobs' predicted times.
+    /// search's decision (or replaced its winner with this runner-up: its trial's) or the
+    /// safety net confirmed the prediction: what the history records for later jobs'
+    /// predicted times.
     pub realised_us: Option<f64>,
+    /// The search's winner (registry index) that the self-check replaced with this runner-up,
+    /// and its realised time per call (microseconds, agreed): the history records the search's
+    /// decision as production corrected it (`commtune_history::Replaced`).
+    pub replaced: Option<(usize, f64)>,
     /// The runner-up on trial, after the winner missed its prediction.
     pub trial: Option<Trial>,
 }
@@ -509,8 +524,8 @@ impl Production {
             strikes: 0,
             steady: 0,
             predicted,
-            from_history: None,
             realised_us: None,
+            replaced: None,
             trial: None,
         }
     }

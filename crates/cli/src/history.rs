@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use commtune_history::halo::HaloEntry;
-use commtune_history::{self as history, Entry, Estimate, Loaded};
+use commtune_history::{self as history, Entry, Estimate, How, Loaded, Replaced};
 
 /// The store to read: `--dir`, else COMMTUNE_HISTORY (unless `off`), else the library's default.
 pub fn dir(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
@@ -50,7 +50,7 @@ pub fn text(dir: &Path, loaded: &Loaded) -> String {
                 e.size_class.clone(),
                 e.bytes.to_string(),
                 e.winner.clone(),
-                e.how.name().to_string(),
+                how(e.how, e.replaced.as_ref()),
                 e.timing.clone().unwrap_or_else(|| "-".to_string()),
                 e.realised_us
                     .map_or_else(|| "-".to_string(), |us| format!("{us:.1}")),
@@ -110,7 +110,7 @@ pub fn halo_text(dir: &Path) -> String {
                 e.episode.bytes.to_string(),
                 e.episode.shape.clone(),
                 e.winner.clone(),
-                e.how.name().to_string(),
+                how(e.how, e.replaced.as_ref()),
                 e.timing.clone(),
                 e.realised_us
                     .map_or_else(|| "-".to_string(), |us| format!("{us:.1}")),
@@ -164,6 +164,15 @@ fn table<const N: usize>(heading: [&str; N], rows: &[[String; N]]) -> String {
     out
 }
 
+/// How the winner was found, and the search's winner the self-check replaced with it:
+/// `search, over native`.
+fn how(how: How, replaced: Option<&Replaced>) -> String {
+    match replaced {
+        Some(replaced) => format!("{}, over {}", how.name(), replaced.codelet),
+        None => how.name().to_string(),
+    }
+}
+
 /// Every codelet's estimate; for a calibration's ping-pong (`p2p`), the one-way time and the
 /// bandwidth it makes.
 fn estimates(entry: &Entry) -> String {
@@ -199,7 +208,7 @@ pub fn load(dir: &Path) -> Loaded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use commtune_history::{Estimate, How, Platform};
+    use commtune_history::Platform;
 
     #[test]
     fn lists_a_ping_pong_as_one_way_time_and_bandwidth() {
@@ -241,6 +250,7 @@ mod tests {
             timing: Some("local".into()),
             realised_us: None,
             winner: "ring".into(),
+            replaced: None,
             time: 0,
             how: How::Search,
         }
@@ -269,6 +279,7 @@ mod tests {
             timing: "local".into(),
             realised_us: Some(13.5),
             winner: "ring".into(),
+            replaced: None,
             time: 0,
             how: How::Search,
         };
@@ -295,18 +306,28 @@ mod tests {
     fn lists_winner_and_estimates() {
         let mut measured = entry();
         measured.realised_us = Some(13.5);
+        let mut replaced = measured.clone();
+        replaced.bytes = 128;
+        replaced.replaced = Some(Replaced {
+            codelet: "native".into(),
+            realised_us: 20.0,
+        });
         let loaded = Loaded {
-            entries: vec![measured],
+            entries: vec![measured, replaced],
             files: 1,
             ..Loaded::default()
         };
         let text = text(Path::new("/h"), &loaded);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "history /h: 1 entries in 1 files");
+        assert_eq!(lines[0], "history /h: 2 entries in 1 files");
         assert!(lines[1].starts_with("date (UTC)        op  "), "{text}");
         assert!(
-            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search  local   13.5           native=312.2±1.0 ring=12.0±0.5"),
+            lines[2].starts_with("1970-01-01 00:00  allreduce  4      4         64 B-96 B   64     ring    search               local   13.5           native=312.2±1.0 ring=12.0±0.5"),
             "{text}"
+        );
+        assert!(
+            lines[3].contains(" 128    ring    search, over native  local "),
+            "the winner the self-check replaced: {text}"
         );
     }
 }

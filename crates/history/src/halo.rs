@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Estimate, How, Kind, Loaded, Platform};
+use crate::{Estimate, How, Kind, Loaded, Platform, Replaced};
 
 /// The version of the halo files this crate writes and reads.
 pub const VERSION: u32 = 1;
@@ -64,10 +64,15 @@ pub struct HaloEntry {
     pub estimates: Vec<Estimate>,
     /// How the estimates were timed (`local`, `barrier`, `period`).
     pub timing: String,
-    /// The winner's realised production time per episode (µs), when the job measured it.
+    /// The winner's realised production time per episode (µs), when the job measured it (the
+    /// runner-up's trial, when it replaced the search's winner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub realised_us: Option<f64>,
     pub winner: String,
+    /// The search's winner that the self-check replaced with `winner`, its runner-up (as in
+    /// collective entries: `estimates` corrected, see `Replaced`). Older readers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Replaced>,
     /// Seconds since 1970 (UTC) when the job wrote the entry.
     pub time: u64,
     pub how: How,
@@ -78,15 +83,15 @@ impl HaloEntry {
     /// where the job measured it (what the safety net measures too), else the winner's
     /// estimate. None when neither is a usable time.
     pub fn predicted_us(&self) -> Option<f64> {
-        let estimate = || {
-            self.estimates
-                .iter()
-                .find(|e| e.codelet == self.winner)
-                .map(|e| e.us)
-        };
+        let estimate = || self.winner_estimate().map(|e| e.us);
         self.realised_us
             .or_else(estimate)
             .filter(|us| us.is_finite() && *us > 0.0)
+    }
+
+    /// The winner's estimate, if the search measured it.
+    pub fn winner_estimate(&self) -> Option<&Estimate> {
+        crate::winner_estimate(&self.estimates, &self.winner)
     }
 }
 
@@ -188,6 +193,7 @@ mod tests {
             timing: "local".into(),
             realised_us: None,
             winner: winner.into(),
+            replaced: None,
             time,
             how: How::Search,
         }

@@ -15,7 +15,9 @@
 //! ways), so an older commtune skips the newer files. This crate reads every version from
 //! `OLDEST` (an entry of version 1 has no `timing`). Fields an older reader may ignore without
 //! misreading the rest add no version: `realised_us` (an older reader predicts from the
-//! estimates alone, as it always did).
+//! estimates alone, as it always did) and `replaced` (a decision the self-check changed: its
+//! estimates already rank the entry's winner first, see `Replaced`, so an older reader predicts
+//! it too).
 //!
 //! Reading never fails nor blocks: a file that cannot be read, is not a regular file, has no
 //! header or a foreign version is skipped whole, a line that is not an entry (a truncated file's last line, say) is skipped
@@ -170,17 +172,69 @@ pub struct Entry {
     pub timing: Option<String>,
     /// The winner's realised production time per call in microseconds (the maximum over ranks
     /// of the mean of a window of calls), when the job measured it: the self-check that kept
-    /// a search's decision, or the safety net that confirmed a prediction. Production calls
-    /// have no barrier before them, so they take longer than the search's samples (skew): this
-    /// is what a later job's safety net measures, while `estimates` compare the codelets with
-    /// each other. None when the job did not measure it, and in entries written before it was
-    /// recorded.
+    /// a search's decision, the runner-up's trial that replaced its winner (`replaced`), or the
+    /// safety net that confirmed a prediction. Production calls have no barrier before them, so
+    /// they take longer than the search's samples (skew): this is what a later job's safety net
+    /// measures, while `estimates` compare the codelets with each other. None when the job did
+    /// not measure it, and in entries written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub realised_us: Option<f64>,
     pub winner: String,
+    /// The search's winner that the self-check replaced with `winner`, its runner-up, when it
+    /// did (`estimates` are then corrected, see `Replaced`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Replaced>,
     /// Seconds since 1970 (UTC) when the job wrote the entry.
     pub time: u64,
     pub how: How,
+}
+
+/// A search's winner that the self-check replaced with its runner-up (the entry's winner): it
+/// missed its estimate in production, and the runner-up, tried in production for a window,
+/// did clearly better there (`commtune_tune::check`). Collective and halo entries alike.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct Replaced {
+    pub codelet: String,
+    /// Its realised production time per call (µs) before the trial; the entry's `realised_us`
+    /// is the runner-up's in its trial.
+    pub realised_us: f64,
+}
+
+impl Replaced {
+    /// Corrects a search's `estimates` (whose `winner`, the runner-up, realised `realised_us`
+    /// in its trial) to rank the codelets as production did: the replaced codelet's estimate
+    /// becomes its realised time scaled by the runner-up's estimate over the runner-up's
+    /// realised time. Production's excess over the samples that every codelet shares (skew:
+    /// production calls wait for no barrier) divides out, and what stays is the replaced
+    /// codelet's own miss (its tail, say), in the estimates' terms, so that they still compare
+    /// with other jobs' estimates and the runner-up's realised ratio stays its own. The
+    /// runner-up was the best of the other codelets already, so every reader of the estimates
+    /// (an older one too) predicts it. Without usable times, or where the corrected time would
+    /// not rank behind the runner-up, the replaced codelet's estimate is left out: the
+    /// self-check found it wrong, and the runner-up then ranks first all the same. The other
+    /// codelets' estimates, and every error, stay the search's.
+    pub fn correct(&self, estimates: &mut Vec<Estimate>, winner: &str, realised_us: Option<f64>) {
+        let Some(at) = estimates.iter().position(|e| e.codelet == self.codelet) else {
+            return;
+        };
+        let runner_up = winner_estimate(estimates, winner).map(|e| e.us);
+        let corrected = runner_up
+            .zip(realised_us)
+            .map(|(estimate, realised)| self.realised_us * estimate / realised)
+            .filter(|&us| us.is_finite() && runner_up.is_some_and(|r| us > r));
+        match corrected {
+            Some(us) => estimates[at].us = us,
+            None => {
+                estimates.remove(at);
+            }
+        }
+    }
+}
+
+/// The estimate of `winner` among `estimates`, if the search measured it (collective and halo
+/// entries alike).
+pub fn winner_estimate<'a>(estimates: &'a [Estimate], winner: &str) -> Option<&'a Estimate> {
+    estimates.iter().find(|e| e.codelet == winner)
 }
 
 /// The timing of a decision that did not record one (format version 1). Its writers timed as
@@ -206,7 +260,7 @@ impl Entry {
 
     /// The winner's estimate, if the search measured it.
     pub fn winner_estimate(&self) -> Option<&Estimate> {
-        self.estimates.iter().find(|e| e.codelet == self.winner)
+        winner_estimate(&self.estimates, &self.winner)
     }
 
     /// The winner's realised production time over its estimate, if both were measured (and

@@ -655,3 +655,48 @@ fn leave_one_out_judges_predicted_times_against_production() {
     );
     assert!(evaluation.predicted > 0, "{evaluation:?}");
 }
+
+/// The rig's 64 KiB alltoall as the self-check corrects it: the search estimated native at
+/// 1400 us, paced at 1600 and ring at 1700; native realised 3400 in production (its tail), and
+/// paced, tried for a window, 1800 (production's skew, 1.125 times its estimate): paced replaced
+/// native.
+fn self_checked() -> Entry {
+    let mut e = realised(
+        entry(
+            "alltoall",
+            4,
+            1 << 16,
+            &[("native", 1400.0), ("paced", 1600.0), ("ring", 1700.0)],
+        ),
+        "paced",
+        1800.0,
+    );
+    let replaced = crate::Replaced {
+        codelet: "native".to_string(),
+        realised_us: 3400.0,
+    };
+    replaced.correct(&mut e.estimates, "paced", e.realised_us);
+    e.replaced = Some(replaced);
+    e
+}
+
+#[test]
+fn a_winner_the_self_check_replaced_is_predicted_no_more() {
+    let e = self_checked();
+    let native = e.estimates.iter().find(|c| c.codelet == "native").unwrap();
+    // 3400 us in production is 3400 / 1.125 in the search's terms.
+    assert!((native.us - 3400.0 * 1600.0 / 1800.0).abs() < 1e-9, "{e:?}");
+    let knowledge = Knowledge::new(&[e], 0.1);
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 1 << 16), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.basis), ("paced", Basis::Realised));
+    assert!((p.us - 1800.0).abs() < 1e-6, "the trial's time: {p:?}");
+    assert_eq!(p.estimate_us, 1600.0);
+    // Native only (where paced does not apply): its corrected time, still a prediction.
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 1 << 16), &|c| c == "native")
+        .unwrap();
+    assert_eq!(p.winner, "native");
+    assert!(p.us > 3000.0, "{p:?}");
+}

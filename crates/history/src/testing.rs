@@ -28,6 +28,7 @@ pub fn entry(op: &str, comm_size: u32, bytes: u64, times: &[(&str, f64)]) -> Ent
         timing: Some("local".to_string()),
         realised_us: None,
         winner: String::new(),
+        replaced: None,
         time: 0,
         how: How::Search,
     }

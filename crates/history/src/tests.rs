@@ -50,6 +50,7 @@ fn entry(n: u64) -> Entry {
         timing: Some("local".to_string()),
         realised_us: None,
         winner: "ring".to_string(),
+        replaced: None,
         time: 1_795_000_000 + n,
         how: How::Search,
     }
@@ -492,4 +493,83 @@ fn hostile_entries_never_panic() {
             crate::map::leave_one_out(&all, pmax);
         }
     }
+}
+
+#[test]
+fn a_replaced_winner_is_written_and_read_back_and_absent_otherwise() {
+    let dir = scratch("replaced");
+    let mut checked = entry(1);
+    checked.replaced = Some(Replaced {
+        codelet: "native".to_string(),
+        realised_us: 25.5,
+    });
+    let entries = [entry(0), checked];
+    let path = write(&dir, &name(0), &entries).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches("\"replaced\"").count(), 1, "{text}");
+    assert!(
+        text.contains("\"replaced\":{\"codelet\":\"native\",\"realised_us\":25.5}"),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("{\"commtune_history\":2}\n"),
+        "no new version"
+    );
+    let loaded = load(&dir);
+    assert_eq!(loaded.entries, entries);
+    assert_eq!(loaded.warning(&dir), None);
+}
+
+#[test]
+fn a_replaced_winner_ranks_behind_its_runner_up_or_is_left_out() {
+    let estimates = || {
+        crate::testing::entry(
+            "alltoall",
+            4,
+            1024,
+            &[("a", 10.0), ("b", 12.0), ("c", 13.0)],
+        )
+        .estimates
+    };
+    let replaced = |realised_us| Replaced {
+        codelet: "a".to_string(),
+        realised_us,
+    };
+    let times = |e: &[Estimate]| -> Vec<(String, f64)> {
+        e.iter().map(|c| (c.codelet.clone(), c.us)).collect()
+    };
+    // The runner-up held its estimate exactly: the replaced one's realised time as it is.
+    let mut e = estimates();
+    replaced(20.0).correct(&mut e, "b", Some(12.0));
+    assert_eq!(times(&e)[0], ("a".to_string(), 20.0));
+    assert_eq!(e[0].error_us, 0.1, "the search's error");
+    assert_eq!(
+        &times(&e)[1..],
+        &times(&estimates())[1..],
+        "the others stay"
+    );
+    // Unusable times: the estimate the self-check found wrong is left out.
+    for (realised, runner_up_realised) in [
+        (20.0, None),
+        (20.0, Some(0.0)),
+        (f64::NAN, Some(12.0)),
+        // Slower than the replaced one in production (a check never replaces a winner then).
+        (11.0, Some(12.0)),
+    ] {
+        let mut e = estimates();
+        replaced(realised).correct(&mut e, "b", runner_up_realised);
+        assert_eq!(
+            times(&e),
+            times(&estimates())[1..],
+            "{realised} {runner_up_realised:?}"
+        );
+    }
+    // A replaced codelet the search did not measure: nothing to correct.
+    let mut e = estimates();
+    Replaced {
+        codelet: "z".to_string(),
+        realised_us: 20.0,
+    }
+    .correct(&mut e, "b", Some(12.0));
+    assert_eq!(e, estimates());
 }

@@ -395,6 +395,7 @@ impl Calibration {
                 timing: None,
                 realised_us: None,
                 winner: "native".to_string(),
+                replaced: None,
                 time: time.as_secs(),
                 how: How::Calibrate,
             })

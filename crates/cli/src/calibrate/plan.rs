@@ -400,6 +400,7 @@ mod tests {
             timing: Some("local".into()),
             realised_us: None,
             winner: winner.into(),
+            replaced: None,
             time,
             how: How::Calibrate,
         }

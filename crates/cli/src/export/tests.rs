@@ -41,6 +41,7 @@ pub(crate) fn entry(
         timing: Some("local".into()),
         realised_us: None,
         winner,
+        replaced: None,
         time: 0,
         how: How::Search,
     }
