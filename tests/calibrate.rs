@@ -125,9 +125,10 @@ fn another_timing_is_measured_again() {
     let out = output(calibrate(OpenMpi, &args, &store));
     assert!(out.status.success(), "{}", text(&out));
     let first = entries(&store);
-    assert_eq!(
-        timed(&first, "allreduce", default),
-        [64, 512].into(),
+    // Both sizes, and the sizes between them that a change of winner refines (noise on a busy
+    // machine can make the winners at 64 and 512 bytes differ).
+    assert!(
+        timed(&first, "allreduce", default).is_superset(&[64, 512].into()),
         "{first:#?}"
     );
 
@@ -147,9 +148,8 @@ fn another_timing_is_measured_again() {
         text(&out)
     );
     let all = entries(&store);
-    assert_eq!(
-        timed(&all, "allreduce", other),
-        [64, 512].into(),
+    assert!(
+        timed(&all, "allreduce", other).is_superset(&[64, 512].into()),
         "{all:#?}"
     );
     assert!(first.iter().all(|e| all.contains(e)));
