@@ -131,6 +131,7 @@ fn entry(mpi: &str, op: &str, bytes: u64, winner: &str) -> Entry {
             },
         ],
         timing: Some(Settings::default().timing.name().into()),
+        reopened_from: None,
         realised_us: None,
         winner: winner.into(),
         replaced: None,

@@ -297,6 +297,7 @@ fn collective_readers_ignore_halo_entries() {
                 platform: platform.clone(),
                 estimates: Vec::new(),
                 timing: Some("barrier".into()),
+                reopened_from: None,
                 realised_us: None,
                 winner: String::new(),
                 replaced: None,

@@ -262,6 +262,78 @@ fn a_replaced_winner_is_not_predicted_again_mpich() {
     a_replaced_winner_is_not_predicted_again(Mpich, 2);
 }
 
+/// The first run's self-check finds its search misled twice over (as tests/tuner.rs's
+/// `self_check_reopens_a_wrong_decision_with_the_other_timing`, with wider delays: ring slowest
+/// from call 24, and the runner-up slower than its estimate too) and searches again with `period` timing, whose
+/// decision the store keeps with that timing. The second run, of the default timing, measured
+/// nothing of its own there: it predicts that decision with its timing, its safety net (timing
+/// periods as that search did) confirms it, and nothing is searched.
+fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("predict_other_timing_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    // Wide margins (a loaded machine's scheduler slices reach 10 ms a call): ring 20 ms ahead
+    // until call 24, then 60 ms behind the others, which take 60 ms against their 20 ms samples.
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "60ms@24");
+    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "20ms"));
+    delays.push("allreduce:ring=120ms@24".into());
+    let job = || {
+        run(flavour, np, &exe, &dir)
+            .args(&["150"])
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_BUDGET", "1")
+            .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
+            .env("COMMTUNE_SEARCH", "brute")
+            .env("COMMTUNE_SAMPLES", "2")
+            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+            .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+            .env("COMMTUNE_PMAX", LENIENT_PMAX)
+            .go()
+    };
+    let first = allreduce(&job());
+    let t = &first["tuning"];
+    assert_eq!(t["searches"], 2, "reopened: {first:#}");
+    assert_eq!(t["check"]["timing"], "period", "{first:#}");
+    let winner = t["winner"].as_str().unwrap().to_string();
+    let entries = commtune_history::load(&store).entries;
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    assert_eq!(
+        (entries[0].winner.as_str(), entries[0].timing.as_deref()),
+        (winner.as_str(), Some("period")),
+        "{entries:#?}"
+    );
+    let asked = commtune_tune::Settings::default().timing.name();
+    assert_ne!(Some(asked), entries[0].timing.as_deref());
+    assert_eq!(
+        entries[0].reopened_from.as_deref(),
+        Some(asked),
+        "{entries:#?}"
+    );
+
+    let second = allreduce(&job());
+    predicted(&second, &winner);
+    let recorded = commtune_history::load(&store).entries;
+    let confirmed = recorded
+        .iter()
+        .find(|e| e.how == How::PredictionConfirmed)
+        .unwrap_or_else(|| panic!("{recorded:#?}"));
+    assert_eq!(
+        confirmed.timing.as_deref(),
+        Some("period"),
+        "kept with the timing its safety net measured: {confirmed:#?}"
+    );
+}
+
+#[test]
+fn a_decision_reached_with_the_other_timing_is_predicted_with_it_openmpi() {
+    a_decision_reached_with_the_other_timing_is_predicted_with_it(OpenMpi, 4);
+}
+
+#[test]
+fn a_decision_reached_with_the_other_timing_is_predicted_with_it_mpich() {
+    a_decision_reached_with_the_other_timing_is_predicted_with_it(Mpich, 2);
+}
+
 #[test]
 fn another_platform_predicts_nothing() {
     let dir = scratch("predict_platform");

@@ -4,7 +4,7 @@
 
 use crate::mpi::Comm;
 use crate::mpi::datatype::MpiResult;
-use commtune_tune::Agreed;
+use commtune_tune::{Agreed, Timing};
 
 /// What a checkpoint found about the key each rank is at.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -31,8 +31,9 @@ pub enum Checkpoint {
 pub struct Vote {
     /// The agreement hash of the key it is at, or None when the key has not warmed up.
     pub key: Option<u64>,
-    /// The history's prediction: the winner's registry index and microseconds per call.
-    pub predicted: Option<(usize, f64)>,
+    /// The history's prediction: the winner's registry index and microseconds per call, and
+    /// the timing its times were measured with when not the job's (then the key's).
+    pub predicted: Option<(usize, f64, Option<Timing>)>,
     /// None when a search of the key pays for itself now, else the communicator instance from
     /// which it will (`checkpoints::worth_at`).
     pub not_worth_until: Option<u64>,
@@ -51,15 +52,20 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpoint> {
     let bits = |x: f64| x.max(0.0).to_bits() as i64;
     let hash = vote.key.map_or(0, |h| (h >> 2).max(1) as i64);
     let ready = i64::from(vote.key.is_some());
-    let winner = vote.predicted.map_or(0, |(w, _)| w as i64 + 1);
-    let time = vote.predicted.map_or(0, |(_, us)| bits(us));
+    let winner = vote.predicted.map_or(0, |(w, _, _)| w as i64 + 1);
+    let time = vote.predicted.map_or(0, |(_, us, _)| bits(us));
+    // A prediction of another timing makes the key search and check with it: its ranks must
+    // agree on the timing too (barrier timing holds barriers the others do not).
+    let timing = vote
+        .predicted
+        .map_or(0, |(_, _, t)| t.map_or(1, |t| t as i64 + 2));
     // 0 is "worth it now"; an instance is at least 1.
     let until = vote
         .not_worth_until
         .map_or(0, |at| i64::try_from(at.max(1)).unwrap_or(i64::MAX));
     let ratio = bits(vote.checkpoint_over_call);
-    let [hash, ready, winner, time, until, ratio] =
-        comm.min_max_i64([hash, ready, winner, time, until, ratio])?;
+    let [hash, ready, winner, time, timing, until, ratio] =
+        comm.min_max_i64([hash, ready, winner, time, timing, until, ratio])?;
     let value = |bits: i64| f64::from_bits(bits as u64);
     Ok(match (ready.max, ready.min) {
         (0, _) => Checkpoint::Nothing,
@@ -67,6 +73,7 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpoint> {
         _ if hash.same_everywhere() => Checkpoint::Agreed {
             prediction: (winner.min > 0
                 && winner.same_everywhere()
+                && timing.same_everywhere()
                 && value(time.max) <= value(time.min) * (1.0 + SAME_TIME))
                 .then(|| ((winner.min - 1) as usize, value(time.max))),
             not_worth_until: (until.max > 0).then_some(until.max as u64),

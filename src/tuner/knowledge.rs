@@ -82,12 +82,14 @@ fn read(process: &Process, dir: &Path) -> Knowledge {
     let platform = platform(process);
     let all = loaded.entries.len();
     let timing = config.tuning.timing.name();
-    let entries: Vec<history::Entry> = loaded
+    // Besides this timing's entries, the decisions jobs of this timing reached with another
+    // one, for their exact problems (`with_other_timings`).
+    let (entries, others): (Vec<history::Entry>, Vec<history::Entry>) = loaded
         .entries
         .into_iter()
-        .filter(|e| history::predict::compatible(e, &process.mpi, &platform, timing))
-        .collect();
-    let knowledge = Knowledge::new(&entries, config.pmax);
+        .filter(|e| e.mpi == process.mpi && e.platform == platform)
+        .partition(|e| history::predict::compatible(e, &process.mpi, &platform, timing));
+    let knowledge = Knowledge::new(&entries, config.pmax).with_other_timings(others, timing);
     if process.rank == 0 && config.verbose >= 1 {
         say!(
             "commtune: history store {}: {all} entries read in {:.0} ms, {} of this MPI \
@@ -161,6 +163,7 @@ pub fn entry(entry: &Entry, decision: &Decision, process: &Process) -> history::
     });
     let winner = names[decision.winner];
     let recorded = recorded(process, estimates, winner, decision.realised_us, replaced);
+    let asked = runtime::config().tuning.timing;
     history::Entry {
         op: entry.op.name().to_string(),
         comm_size: decision.comm_size,
@@ -173,6 +176,7 @@ pub fn entry(entry: &Entry, decision: &Decision, process: &Process) -> history::
         platform: recorded.platform,
         estimates: recorded.estimates,
         timing: Some(decision.timing.name().to_string()),
+        reopened_from: (decision.timing != asked).then(|| asked.name().to_string()),
         realised_us: recorded.realised_us,
         winner: winner.to_string(),
         replaced: recorded.replaced,

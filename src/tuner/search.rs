@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use commtune_tune::checkpoints::{self, Found};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
-use commtune_tune::{Agreed, Candidate, Next, Plan};
+use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
 use commtune_tune::{budget, check};
 
 use commtune_history::predict::{Basis, Predicted};
@@ -78,7 +78,9 @@ pub(super) fn checkpoint<C: Operation>(
     }
     let vote = consensus::Vote {
         key: warm.then_some(at.key.agree_hash()),
-        predicted: prediction.as_ref().map(|(winner, p)| (*winner, p.us)),
+        predicted: prediction
+            .as_ref()
+            .map(|(winner, p, timing)| (*winner, p.us, *timing)),
         not_worth_until,
         checkpoint_over_call: in_calls(comm.checkpoint, key, at.k),
     };
@@ -102,8 +104,8 @@ pub(super) fn checkpoint<C: Operation>(
             prediction: Some((winner, us)),
             ..
         }) => {
-            if let Some((_, prediction)) = prediction {
-                start_predicted(at, key, (winner, us), &prediction, instances);
+            if let Some((_, prediction, timing)) = prediction {
+                start_predicted(at, key, (winner, us), &prediction, timing, instances);
             }
             Found::Busy
         }
@@ -159,13 +161,13 @@ pub(super) fn candidates<C: Operation>(facts: &Facts) -> Vec<Candidate> {
 }
 
 /// This rank's prediction from the history for the key at this call, on a communicator of
-/// `comm_size` ranks (the winner's registry index, and the prediction), when more than native
-/// applies.
+/// `comm_size` ranks (the winner's registry index, the prediction, and its timing when not the
+/// job's), when more than native applies.
 fn predict<C: Operation>(
     at: &SlowCall<C>,
     comm_size: u32,
     candidates: &[Candidate],
-) -> Option<(usize, Predicted)> {
+) -> Option<(usize, Predicted, Option<Timing>)> {
     let names = codelets::names(C::OP);
     if candidates.len() <= 1 {
         return None;
@@ -174,19 +176,28 @@ fn predict<C: Operation>(
     let bytes = at.entry.description.bytes_per_call;
     let predicted = knowledge::predict(C::OP.name(), comm_size, bytes, &applicable)?;
     let winner = names.iter().position(|n| *n == predicted.winner)?;
-    Some((winner, predicted))
+    let timing = match &predicted.timing {
+        Some(name) => Some(Timing::parse(name)?),
+        None => None,
+    };
+    Some((winner, predicted, timing))
 }
 
 /// Every rank predicted `winner` at `us` per call: the key goes to production with it at once,
 /// and its first check is the safety net's (`drift::safety_net`). A search would have run
-/// `instances` at most.
+/// `instances` at most. A prediction measured with another `timing` makes it the key's: the
+/// safety net measures production as that job did, and a search after it times alike.
 fn start_predicted<C: Operation>(
     at: &SlowCall<C>,
     key: &mut TunerState,
     (winner, us): (usize, f64),
     prediction: &Predicted,
+    timing: Option<Timing>,
     instances: u64,
 ) {
+    if timing.is_some() {
+        key.timing = timing;
+    }
     let config = runtime::config();
     let names = codelets::names(C::OP);
     key.prediction = Some(HistoryPrediction {

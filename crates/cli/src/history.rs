@@ -248,6 +248,7 @@ mod tests {
                 },
             ],
             timing: Some("local".into()),
+            reopened_from: None,
             realised_us: None,
             winner: "ring".into(),
             replaced: None,

@@ -105,6 +105,10 @@ pub struct Predicted {
     /// `Fit`: the problems of the fit, by bytes; for `Map`: the problems the predicted time was
     /// read from.
     pub from: Vec<Source>,
+    /// The timing both times were measured with when it is not the job's (`Knowledge::
+    /// with_other_timings`): the safety net must measure production the same way, and a search
+    /// after it use it too. None: the job's.
+    pub timing: Option<String>,
 }
 
 /// How much a doubling of the communicator weighs against a doubling of the message (see the
@@ -628,6 +632,7 @@ impl<'a> View<'a> {
                 basis,
                 predictor,
                 from: op.sources(&from),
+                timing: None,
             });
         }
         let winner = map()?;
@@ -645,6 +650,7 @@ impl<'a> View<'a> {
             basis,
             predictor: Predictor::Map,
             from: op.sources(&from),
+            timing: None,
         })
     }
 
@@ -820,6 +826,9 @@ pub struct Knowledge {
     pmax: f64,
     operations: BTreeMap<String, Operation>,
     map: Map,
+    /// Per exact problem (operation, communicator size, bytes), the newest decision of another
+    /// timing that production measured (`with_other_timings`).
+    elsewhere: BTreeMap<(String, u32, u64), Entry>,
 }
 
 impl Knowledge {
@@ -843,7 +852,70 @@ impl Knowledge {
             pmax,
             operations,
             map,
+            elsewhere: BTreeMap::new(),
         }
+    }
+
+    /// Adds, from `entries` of this job's MPI library and platform, the decisions that jobs
+    /// asking for this job's `timing` reached with another one (`Entry::reopened_from`), for
+    /// their exact problems only. A search the self-check found misled runs again with the
+    /// other timing (`commtune_tune::check`), and its decision is recorded with that timing,
+    /// which the next job of the asked timing never compared with its own: it searched again
+    /// where the first had been misled, and was misled again (the 1 Gbit/s rig's 64 KiB
+    /// alltoall). Such a decision predicts its exact problem, where this timing measured
+    /// nothing, at its realised time and with its timing, so that the safety net measures
+    /// production as that job did. Its estimates never mix with this timing's (similar
+    /// problems, the map), and a job that asked for another timing itself is not overruled.
+    pub fn with_other_timings(mut self, entries: Vec<Entry>, timing: &str) -> Knowledge {
+        for entry in entries {
+            if entry.reopened_from.as_deref() != Some(timing)
+                || entry.timing.is_none()
+                || entry.realised_us.is_none()
+                || entry.winner_estimate().is_none()
+            {
+                continue;
+            }
+            let key = (entry.op.clone(), entry.comm_size, entry.bytes);
+            match self.elsewhere.get(&key) {
+                Some(newer) if newer.time >= entry.time => {}
+                _ => {
+                    self.elsewhere.insert(key, entry);
+                }
+            }
+        }
+        self
+    }
+
+    /// The decision of another timing on exactly `problem`, when this timing measured nothing
+    /// there.
+    fn predict_elsewhere(
+        &self,
+        problem: &Problem,
+        applicable: &dyn Fn(&str) -> bool,
+    ) -> Option<Predicted> {
+        let key = (problem.op.to_string(), problem.comm_size, problem.bytes);
+        let entry = self.elsewhere.get(&key)?;
+        let measured_here = self.operations.get(problem.op).is_some_and(|op| {
+            op.points.iter().any(|p| {
+                (p.measured.comm_size, p.measured.bytes) == (problem.comm_size, problem.bytes)
+            })
+        });
+        if measured_here || !applicable(&entry.winner) {
+            return None;
+        }
+        Some(Predicted {
+            winner: entry.winner.clone(),
+            us: entry.realised_us?,
+            estimate_us: entry.winner_estimate()?.us,
+            basis: Basis::Realised,
+            predictor: Predictor::Closest,
+            from: vec![Source {
+                comm_size: entry.comm_size,
+                bytes: entry.bytes,
+                how: entry.how,
+            }],
+            timing: entry.timing.clone(),
+        })
     }
 
     /// A decision taken in this run (cheap enough to call at every decision). It predicts through
@@ -908,6 +980,9 @@ impl Knowledge {
         applicable: &dyn Fn(&str) -> bool,
         predictor: Predictor,
     ) -> Option<Predicted> {
+        if let Some(predicted) = self.predict_elsewhere(problem, applicable) {
+            return Some(predicted);
+        }
         let op = self.operations.get(problem.op)?;
         let map = || {
             let decided = self

@@ -700,3 +700,76 @@ fn a_winner_the_self_check_replaced_is_predicted_no_more() {
     assert_eq!(p.winner, "native");
     assert!(p.us > 3000.0, "{p:?}");
 }
+
+/// A decision a job of this timing reached with another on exactly the problem predicts it,
+/// with its realised time and its timing, only where this timing measured nothing there; it
+/// never reaches other problems.
+#[test]
+fn a_decision_of_another_timing_predicts_its_exact_problem_only() {
+    // This timing (local) knows the crossover at every power of two but 64 KiB.
+    let here: Vec<Entry> = powers()
+        .filter(|&b| b != 1 << 16)
+        .map(|b| crossover(4, b))
+        .collect();
+    let mut reopened = entry(
+        "allreduce",
+        4,
+        1 << 16,
+        &[("small", 900.0), ("large", 700.0), ("ring", 500.0)],
+    );
+    reopened.timing = Some("period".to_string());
+    reopened.reopened_from = Some("local".to_string());
+    reopened.winner = "ring".to_string();
+    reopened.realised_us = Some(650.0);
+    let mut older = reopened.clone();
+    older.winner = "large".to_string();
+    older.realised_us = Some(800.0);
+    older.time = 0;
+    reopened.time = 1;
+    let mut unmeasured = reopened.clone();
+    unmeasured.bytes = 1 << 18;
+    unmeasured.realised_us = None;
+    // A job that asked for period timing itself is not this job's to follow.
+    let mut asked = reopened.clone();
+    asked.bytes = 1 << 17;
+    asked.reopened_from = None;
+    let knowledge = Knowledge::new(&here, 0.1)
+        .with_other_timings(vec![reopened, older, unmeasured.clone(), asked], "local");
+
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1 << 16), &any)
+        .expect("the reopened decision");
+    assert_eq!(
+        (p.winner.as_str(), p.us, p.estimate_us, p.timing.as_deref()),
+        ("ring", 650.0, 500.0, Some("period")),
+        "the newest decision, at its realised time"
+    );
+    assert_eq!(p.basis, Basis::Realised);
+    // Not where ring cannot run, nor at a neighbour, nor without a realised time.
+    let no_ring = |c: &str| c != "ring";
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1 << 16), &no_ring)
+        .unwrap();
+    assert_eq!(p.timing, None, "{p:?}");
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1 << 17), &any)
+        .unwrap();
+    assert_ne!(p.winner, "ring");
+    assert_eq!(p.timing, None);
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1 << 18), &any)
+        .unwrap();
+    assert_eq!(p.timing, None, "{unmeasured:?}");
+    // Where this timing measured the problem, it decides.
+    let measured: Vec<Entry> = powers().map(|b| crossover(4, b)).collect();
+    let mut reopened = entry("allreduce", 4, 1 << 16, &[("ring", 500.0)]);
+    reopened.timing = Some("period".to_string());
+    reopened.reopened_from = Some("local".to_string());
+    reopened.winner = "ring".to_string();
+    reopened.realised_us = Some(650.0);
+    let knowledge = Knowledge::new(&measured, 0.1).with_other_timings(vec![reopened], "local");
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 1 << 16), &any)
+        .unwrap();
+    assert_eq!((p.winner.as_str(), p.timing), ("large", None));
+}

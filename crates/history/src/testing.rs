@@ -26,6 +26,7 @@ pub fn entry(op: &str, comm_size: u32, bytes: u64, times: &[(&str, f64)]) -> Ent
             })
             .collect(),
         timing: Some("local".to_string()),
+        reopened_from: None,
         realised_us: None,
         winner: String::new(),
         replaced: None,

@@ -48,6 +48,7 @@ fn entry(n: u64) -> Entry {
         })
         .collect(),
         timing: Some("local".to_string()),
+        reopened_from: None,
         realised_us: None,
         winner: "ring".to_string(),
         replaced: None,

@@ -393,6 +393,7 @@ impl Calibration {
                     error_us,
                 }],
                 timing: None,
+                reopened_from: None,
                 realised_us: None,
                 winner: "native".to_string(),
                 replaced: None,

@@ -398,6 +398,7 @@ mod tests {
                 },
             ],
             timing: Some("local".into()),
+            reopened_from: None,
             realised_us: None,
             winner: winner.into(),
             replaced: None,

@@ -39,6 +39,7 @@ pub(crate) fn entry(
         },
         estimates,
         timing: Some("local".into()),
+        reopened_from: None,
         realised_us: None,
         winner,
         replaced: None,
