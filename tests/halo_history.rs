@@ -82,6 +82,23 @@ fn stencil_on(ranks: usize, flavour: Flavour, dir: &Path, store: &Path, delays: 
     site["tuning"].clone()
 }
 
+/// A second run's halo tuning: `winner` predicted, confirmed by the safety net and kept, and
+/// nothing searched.
+fn confirmed_without_search(second: &Value, winner: &str) {
+    let prediction = &second["prediction"];
+    assert_eq!(prediction["winner"], winner, "{second:#}");
+    assert_eq!(prediction["outcome"], "confirmed", "{second:#}");
+    assert_eq!(second["winner"], winner, "{second:#}");
+    assert_eq!(
+        (
+            second["searches"].as_u64(),
+            second["search_instances"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "no search: {second:#}"
+    );
+}
+
 /// The store's halo entries, by rank (the newest file's when a rank has several).
 fn halo_entries(store: &Path) -> Vec<HaloEntry> {
     let loaded = commtune_history::halo::load(store);
@@ -129,18 +146,8 @@ fn second_run_skips_the_search(flavour: Flavour, name: &str) {
 
     let second = stencil(flavour, &dir, &store, PAIRWISE_WINS);
     let prediction = &second["prediction"];
-    assert_eq!(prediction["outcome"], "confirmed", "{second:#}");
-    assert_eq!(prediction["winner"], "pairwise", "{second:#}");
+    confirmed_without_search(&second, "pairwise");
     assert_eq!(prediction["from"][0]["how"], "search", "{second:#}");
-    assert_eq!(second["winner"], "pairwise", "{second:#}");
-    assert_eq!(
-        (
-            second["searches"].as_u64(),
-            second["search_instances"].as_u64()
-        ),
-        (Some(0), Some(0)),
-        "no search: {second:#}"
-    );
     assert_eq!(
         prediction["saved_instances"].as_u64(),
         Some(searched),
@@ -242,18 +249,7 @@ fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, name: &str) {
     );
 
     let second = stencil_on(1, flavour, &dir, &store, delays);
-    let prediction = &second["prediction"];
-    assert_eq!(prediction["winner"], "native", "{second:#}");
-    assert_eq!(prediction["outcome"], "confirmed", "{second:#}");
-    assert_eq!(second["winner"], "native", "{second:#}");
-    assert_eq!(
-        (
-            second["searches"].as_u64(),
-            second["search_instances"].as_u64()
-        ),
-        (Some(0), Some(0)),
-        "no search: {second:#}"
-    );
+    confirmed_without_search(&second, "native");
     let confirmed: Vec<HaloEntry> = halo_entries(&store)
         .into_iter()
         .filter(|e| e.how == How::PredictionConfirmed)

@@ -8,7 +8,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{ALLREDUCE, Job, OpenMpi, Run, all_but, cli, compile, run, scratch, sites};
+use common::{
+    ALLREDUCE, Job, OpenMpi, Run, all_but, cli, compile, reopening_delays, run, scratch, sites,
+};
 
 /// tuned_loop on 2 ranks, searching at once (COMMTUNE_BUDGET=1), with every allreduce codelet
 /// but ring slowed down, recording into `store`.
@@ -337,17 +339,9 @@ fn a_reopened_search_records_its_own_timing() {
     // As tests/tuner.rs's self-check test: ring wins the search, then turns the slowest inside
     // the window the self-check times after the decision, and the runner-up misses its
     // estimate too (so the search reopens rather than the runner-up replacing ring).
-    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "20ms@24");
-    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "5ms"));
-    delays.push("allreduce:ring=40ms@24".into());
     let job = run(OpenMpi, 4, &exe, &dir)
         .args(&["150"])
-        .env("COMMTUNE_MODE", "tune")
-        .env("COMMTUNE_BUDGET", "1")
-        .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
-        .env("COMMTUNE_SEARCH", "brute")
-        .env("COMMTUNE_SAMPLES", "2")
-        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .tuned_allreduce_alone(&reopening_delays("5ms", "20ms", "40ms"))
         .env("COMMTUNE_HISTORY", &store.to_string_lossy())
         .go();
     correct(&job);

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, cli, compile, run, scratch, sites,
+    ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, cli, compile, reopening_delays, run,
+    scratch, sites,
 };
 use commtune_history::How;
 use serde_json::Value;
@@ -196,12 +197,7 @@ fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, np: usize) {
     let job = || {
         run(flavour, np, &exe, &dir)
             .args(&["70"])
-            .env("COMMTUNE_MODE", "tune")
-            .env("COMMTUNE_BUDGET", "1")
-            .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
-            .env("COMMTUNE_SEARCH", "brute")
-            .env("COMMTUNE_SAMPLES", "2")
-            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+            .tuned_allreduce_alone(&delays)
             .env("COMMTUNE_HISTORY", &store.to_string_lossy())
             // 40 ms calls on a loaded machine: the trial's window and the safety net's differ
             // by a scheduler slice or two; ring would miss by 150 %.
@@ -274,18 +270,11 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavou
     let store = dir.join("store");
     // Wide margins (a loaded machine's scheduler slices reach 10 ms a call): ring 20 ms ahead
     // until call 24, then 60 ms behind the others, which take 60 ms against their 20 ms samples.
-    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "60ms@24");
-    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "20ms"));
-    delays.push("allreduce:ring=120ms@24".into());
+    let delays = reopening_delays("20ms", "60ms", "120ms");
     let job = || {
         run(flavour, np, &exe, &dir)
             .args(&["150"])
-            .env("COMMTUNE_MODE", "tune")
-            .env("COMMTUNE_BUDGET", "1")
-            .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
-            .env("COMMTUNE_SEARCH", "brute")
-            .env("COMMTUNE_SAMPLES", "2")
-            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+            .tuned_allreduce_alone(&delays)
             .env("COMMTUNE_HISTORY", &store.to_string_lossy())
             .env("COMMTUNE_PMAX", LENIENT_PMAX)
             .go()

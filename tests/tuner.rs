@@ -6,7 +6,7 @@ mod common;
 
 use common::{
     ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, marker_line,
-    run, scratch, site_at_line, sites,
+    reopening_delays, run, scratch, site_at_line, sites,
 };
 use serde_json::Value;
 
@@ -428,9 +428,7 @@ fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     // on it is the slowest, inside the window the self-check times after the decision; the
     // runner-up, tried for a window after that, does better, but misses its own estimate too
     // (20 ms against 5): the samples misled about both, so the search runs again.
-    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "20ms@24");
-    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "5ms"));
-    delays.push("allreduce:ring=40ms@24".into());
+    let delays = reopening_delays("5ms", "20ms", "40ms");
     let job = self_checked_loop(OpenMpi, 4, "self_check", "150", &delays);
     let report = job.report();
     let t = tuning(loop_site(&report, "SITE:allreduce"));

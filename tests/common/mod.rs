@@ -266,6 +266,18 @@ impl Run<'_> {
         self
     }
 
+    /// tests/programs/tuned_loop.c's allreduce tuned alone (its alltoall and allgatherv forced
+    /// native, so that its calls alone count the communicator's instances), searched at once
+    /// (COMMTUNE_BUDGET=1) and briefly (`brute`, 2 samples), under the injected `delays`.
+    pub fn tuned_allreduce_alone(self, delays: &[String]) -> Self {
+        self.env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_BUDGET", "1")
+            .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
+            .env("COMMTUNE_SEARCH", "brute")
+            .env("COMMTUNE_SAMPLES", "2")
+            .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+    }
+
     /// Runs without the library (the reference run).
     pub fn native(mut self) -> Self {
         self.preload = false;
@@ -531,6 +543,18 @@ pub const ALLGATHERV: &[&str] = &[
     "bruck",
     "neighbor_exchange",
 ];
+
+/// COMMTUNE_INJECT_DELAY items with which the self-check reopens an allreduce's search with
+/// the other timing (a search of `tuned_allreduce_alone`: its decision at call 19): ring wins
+/// it, every other codelet taking `lead`, then from call 24 on, inside the window the
+/// self-check times after the decision, ring takes `ring_after` and the others `after`, more
+/// than their samples showed, so the runner-up misses its estimate too.
+pub fn reopening_delays(lead: &str, after: &str, ring_after: &str) -> Vec<String> {
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", &format!("{after}@24"));
+    delays.extend(all_but("allreduce", ALLREDUCE, "ring", lead));
+    delays.push(format!("allreduce:ring={ring_after}@24"));
+    delays
+}
 
 /// COMMTUNE_INJECT_DELAY items making `winner` the only codelet of `op` (among `codelets`)
 /// without `delay`.
