@@ -2,7 +2,8 @@
 //! and MPICH): every rank's decision reaches the store, a second run of the same stencil starts
 //! each rank's exchange in production with the recorded winner and the safety net confirms it
 //! (no search), a winner the self-check replaced with its runner-up is recorded so that the
-//! runner-up is what a second run predicts, a slowed-down winner is dismissed by the safety net and searched, the
+//! runner-up is what a second run predicts, a decision reached with the other timing is predicted
+//! with it, a slowed-down winner is dismissed by the safety net and searched, the
 //! collective-only readers (`commtune map`, `export`) say the same with halo entries in the store
 //! as without, `commtune history` lists them after the collectives', and a damaged halo file is
 //! one warning line.
@@ -266,6 +267,66 @@ fn a_replaced_halo_winner_is_not_predicted_again_openmpi() {
 #[test]
 fn a_replaced_halo_winner_is_not_predicted_again_mpich() {
     a_replaced_winner_is_not_predicted_again(Mpich, "halo-history-replaced-mpich");
+}
+
+/// The first run's self-check finds its search misled twice over and searches again with
+/// `period` timing (tests/halo.rs's `self_check_reopens`, on one rank for the same reason), whose
+/// decision, native, the store keeps with that timing and the timing the job asked for. The
+/// second run, of the default timing, measured nothing of its own there: it predicts native with
+/// period timing, its safety net (timing periods as that search did) confirms it, and nothing is
+/// searched.
+fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let store = dir.join("store");
+    let delays = "halo:native=15ms@14,halo:native=5ms,halo:pairwise=30ms@14";
+    let first = stencil_on(1, flavour, &dir, &store, delays);
+    assert_eq!(first["searches"], 2, "reopened: {first:#}");
+    assert_eq!(first["check"]["timing"], "period", "{first:#}");
+    assert_eq!(first["winner"], "native", "{first:#}");
+    let entries = halo_entries(&store);
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(
+        (
+            e.winner.as_str(),
+            e.timing.as_str(),
+            e.reopened_from.as_deref()
+        ),
+        ("native", "period", Some("barrier")),
+        "{e:#?}"
+    );
+
+    let second = stencil_on(1, flavour, &dir, &store, delays);
+    confirmed_without_search(&second, "native");
+    let confirmed: Vec<HaloEntry> = halo_entries(&store)
+        .into_iter()
+        .filter(|e| e.how == How::PredictionConfirmed)
+        .collect();
+    assert_eq!(confirmed.len(), 1, "{confirmed:#?}");
+    assert_eq!(
+        (
+            confirmed[0].timing.as_str(),
+            confirmed[0].reopened_from.as_deref()
+        ),
+        ("period", Some("barrier")),
+        "kept with the timing its safety net measured: {confirmed:#?}"
+    );
+}
+
+#[test]
+fn a_halo_decision_reached_with_the_other_timing_is_predicted_with_it_openmpi() {
+    a_decision_reached_with_the_other_timing_is_predicted_with_it(
+        OpenMpi,
+        "halo-history-other-timing-openmpi",
+    );
+}
+
+#[test]
+fn a_halo_decision_reached_with_the_other_timing_is_predicted_with_it_mpich() {
+    a_decision_reached_with_the_other_timing_is_predicted_with_it(
+        Mpich,
+        "halo-history-other-timing-mpich",
+    );
 }
 
 /// `commtune map` and `export` over a store of collective entries print the same with halo

@@ -2,9 +2,11 @@
 //! `commtune_history::halo`'s). Every rank reads the store's halo entries in a background thread
 //! started at MPI_Init and keeps its own: the same rank of a job of the same size, measured with
 //! the same MPI library on the same platform and timed as this job times, the newest per
-//! episode. The halo tuner (`rank_tuner`) asks for a class's exact episode at the end of its
-//! warm-up. Halo decisions are each rank's alone, so nothing here is agreed; a rank reads the
-//! same files in the same order, and so predicts the same, whenever it reads.
+//! episode; where this timing measured nothing, a decision a job of this timing reached with the
+//! other one (`halo::latest`), which the class then verifies with that timing. The halo tuner
+//! (`rank_tuner`) asks for a class's exact episode at the end of its warm-up. Halo decisions are
+//! each rank's alone, so nothing here is agreed; a rank reads the same files in the same order,
+//! and so predicts the same, whenever it reads.
 //!
 //! At MPI_Finalize each rank hands the entries of its decided classes (`entries`, from
 //! `rank_tuner::decided`) to the
@@ -70,6 +72,7 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
     if knowledge::store(runtime::config()).is_none() {
         return Vec::new();
     }
+    let asked = runtime::config().tuning.timing;
     decided()
         .into_iter()
         .map(|d| {
@@ -93,6 +96,7 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
                 platform: recorded.platform,
                 estimates: recorded.estimates,
                 timing: d.timing.name().to_string(),
+                reopened_from: (d.timing != asked).then(|| asked.name().to_string()),
                 realised_us: recorded.realised_us,
                 winner: d.winner.to_string(),
                 replaced: recorded.replaced,

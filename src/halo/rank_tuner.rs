@@ -354,7 +354,12 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
         return false;
     };
     let settings = runtime::config().tuning;
-    let timing = settings.timing;
+    // A decision reached with the other timing (`halo::latest`) is verified as that search
+    // timed it, and a search its safety net dismisses times the same way.
+    let timing = Timing::parse(&recorded.timing).unwrap_or(settings.timing);
+    if timing != settings.timing {
+        t.timing = Some(timing);
+    }
     let estimate_us = recorded.winner_estimate().map(|e| e.us);
     t.prediction = Some(HistoryPrediction {
         // The same rank's identical episode: the closest entry, at distance 0.

@@ -278,6 +278,7 @@ mod tests {
             platform: e.platform.clone(),
             estimates: e.estimates.clone(),
             timing: "local".into(),
+            reopened_from: None,
             realised_us: Some(13.5),
             winner: "ring".into(),
             replaced: None,

@@ -64,6 +64,11 @@ pub struct HaloEntry {
     pub estimates: Vec<Estimate>,
     /// How the estimates were timed (`local`, `barrier`, `period`).
     pub timing: String,
+    /// The timing the job asked for when `timing` is another (as in collective entries,
+    /// `crate::Entry::reopened_from`): the rank's self-check found the search of the asked
+    /// timing misled and searched again with this one. Older readers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reopened_from: Option<String>,
     /// The winner's realised production time per episode (µs), when the job measured it (the
     /// runner-up's trial, when it replaced the search's winner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,9 +129,14 @@ pub fn load(dir: &Path) -> Loaded<HaloEntry> {
     crate::load_kind(&HALO, dir)
 }
 
-/// The entries of `entries` measured with the MPI library `mpi` on `platform` timed with
-/// `timing`, the newest per episode (the last of a tie in the order given: file name order
+/// The entries of `entries` measured with the MPI library `mpi` on `platform` for a job timed
+/// with `timing`, the newest per episode (the last of a tie in the order given: file name order
 /// from `load`, the same on every rank that reads the same files), with a usable time.
+///
+/// An episode this timing measured nothing of is predicted by the newest decision a job of this
+/// timing reached with the other one (`reopened_from`) at its realised time: the self-check
+/// found this timing's search misled there, so searching with it again would be misled again.
+/// The entry keeps its timing, which the prediction then measures with.
 pub fn latest(
     entries: Vec<HaloEntry>,
     mpi: &str,
@@ -134,20 +144,27 @@ pub fn latest(
     timing: &str,
 ) -> HashMap<Episode, HaloEntry> {
     let mut latest: HashMap<Episode, HaloEntry> = HashMap::new();
+    let mut elsewhere: HashMap<Episode, HaloEntry> = HashMap::new();
     for entry in entries {
-        if entry.mpi != mpi
-            || entry.platform != *platform
-            || entry.timing != timing
-            || entry.predicted_us().is_none()
-        {
+        if entry.mpi != mpi || entry.platform != *platform || entry.predicted_us().is_none() {
             continue;
         }
-        match latest.get(&entry.episode) {
-            Some(held) if held.time > entry.time => {}
+        let held = if entry.timing == timing {
+            &mut latest
+        } else if entry.reopened_from.as_deref() == Some(timing) && entry.realised_us.is_some() {
+            &mut elsewhere
+        } else {
+            continue;
+        };
+        match held.get(&entry.episode) {
+            Some(newer) if newer.time > entry.time => {}
             _ => {
-                latest.insert(entry.episode.clone(), entry);
+                held.insert(entry.episode.clone(), entry);
             }
         }
+    }
+    for (episode, entry) in elsewhere {
+        latest.entry(episode).or_insert(entry);
     }
     latest
 }
@@ -191,6 +208,7 @@ mod tests {
                 },
             ],
             timing: "local".into(),
+            reopened_from: None,
             realised_us: None,
             winner: winner.into(),
             replaced: None,
@@ -248,6 +266,37 @@ mod tests {
             latest[&key].winner.clone()
         };
         assert_eq!((of(0).as_str(), of(1).as_str()), ("pairwise", "native"));
+    }
+
+    #[test]
+    fn a_decision_reopened_with_the_other_timing_predicts_where_this_timing_measured_nothing() {
+        let reopened = |rank, winner: &str, time, realised_us| HaloEntry {
+            timing: "period".into(),
+            reopened_from: Some("local".into()),
+            realised_us,
+            ..entry(rank, winner, time)
+        };
+        let entries = vec![
+            // Rank 0: this timing measured the episode, and its older entry still wins.
+            entry(0, "native", 1),
+            reopened(0, "pairwise", 5, Some(30.0)),
+            // Rank 1: only the other timing's decision, the newest of two.
+            reopened(1, "native", 2, Some(20.0)),
+            reopened(1, "pairwise", 3, Some(25.0)),
+            // Rank 2: reopened, but its production time was never measured.
+            reopened(2, "pairwise", 4, None),
+        ];
+        let local = latest(entries.clone(), "Open MPI v4.1.4", &platform(), "local");
+        let of = |rank| {
+            local
+                .get(&entry(rank, "", 0).episode)
+                .map(|e| (e.winner.as_str(), e.timing.as_str()))
+        };
+        assert_eq!(of(0), Some(("native", "local")));
+        assert_eq!(of(1), Some(("pairwise", "period")));
+        assert_eq!(of(2), None);
+        let barrier = latest(entries, "Open MPI v4.1.4", &platform(), "barrier");
+        assert!(barrier.is_empty(), "not reopened from barrier: {barrier:?}");
     }
 
     #[test]
