@@ -7,12 +7,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{
-    ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, cli, compile, reopening_delays, run,
-    scratch, sites,
+    ALLREDUCE, Flavour, Job, Mpich, OpenMpi, Run, all_but, cli, compile, per_rank_env,
+    reopening_delays, run, scratch, sites,
 };
 use commtune_history::How;
 use serde_json::Value;
@@ -453,26 +453,6 @@ fn sizes_between_decided_sizes_are_predicted_mpich() {
     sizes_between_decided_sizes_are_predicted(Mpich);
 }
 
-/// A launcher-independent wrapper that gives rank 0 the store `$1` and every other rank `$2`,
-/// then runs the rest of its arguments.
-fn per_rank_store(dir: &Path) -> PathBuf {
-    let path = dir.join("per-rank-store.sh");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\n\
-         rank=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}\n\
-         if [ \"$rank\" = 0 ]; then COMMTUNE_HISTORY=$1; else COMMTUNE_HISTORY=$2; fi\n\
-         export COMMTUNE_HISTORY\n\
-         shift 2\n\
-         exec \"$@\"\n",
-    )
-    .unwrap();
-    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&path, permissions).unwrap();
-    path
-}
-
 fn ranks_with_different_stores_search(flavour: Flavour) {
     let dir = scratch(&format!("predict_split_{}", flavour.name()));
     let exe = compile(flavour, "tuned_loop.c", &dir);
@@ -480,7 +460,7 @@ fn ranks_with_different_stores_search(flavour: Flavour) {
     let first = tuned(flavour, &exe, &dir, &store, "ring").go();
     searched(&allreduce(&first), "ring");
     // Rank 0 sees the store, rank 1 an empty one (a node without the shared file system).
-    let wrapper = per_rank_store(&dir);
+    let wrapper = per_rank_env(&dir, "COMMTUNE_HISTORY");
     let empty = dir.join("empty");
     let second = tuned(flavour, &wrapper, &dir, &store, "ring")
         .args(&[

@@ -6,7 +6,7 @@ mod common;
 
 use common::{
     ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, marker_line,
-    reopening_delays, run, scratch, site_at_line, sites,
+    per_rank_env, reopening_delays, run, scratch, site_at_line, sites,
 };
 use serde_json::Value;
 
@@ -672,6 +672,47 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
         );
     }
     assert!(judged > 0, "no call was judged by do no harm");
+}
+
+/// Each rank weighs a search with its own times, and a search starts only where every rank finds
+/// it worth it; rank 0, which writes the report, says so when only another rank held it back.
+/// Ranks whose views differ without any timing: rank 0 has no budget limit (every search is
+/// worth it there), rank 1 the default budget, under which 40 calls never pay for a search.
+fn worth_it_on_one_rank_only(flavour: Flavour) {
+    let dir = scratch(&format!("tuner_worth_it_on_one_rank_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let wrapper = per_rank_env(&dir, "COMMTUNE_BUDGET");
+    let job = run(flavour, 2, &wrapper, &dir)
+        .args(&[NO_LIMIT, "0.2", &exe.to_string_lossy(), "40"])
+        .env("COMMTUNE_MODE", "tune")
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains("tuned_loop: results correct"));
+    let report = job.report();
+    // As in the test above, some calls may never meet a checkpoint.
+    let mut judged = 0;
+    for marker in ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"] {
+        let t = tuning(loop_site(&report, marker));
+        assert_eq!(t["search_instances"], 0, "{marker}: {t:#}");
+        let reason = t["reason"].as_str().unwrap();
+        judged += usize::from(reason == commtune_tune::report::NOT_WORTH_ELSEWHERE);
+        assert!(
+            reason == commtune_tune::report::NOT_WORTH_ELSEWHERE
+                || reason.contains("no checkpoint found"),
+            "{marker}: {t:#}"
+        );
+    }
+    assert!(judged > 0, "no call was held back by the other rank");
+}
+
+#[test]
+fn a_search_worth_it_on_one_rank_only_does_not_start_openmpi() {
+    worth_it_on_one_rank_only(OpenMpi);
+}
+
+#[test]
+fn a_search_worth_it_on_one_rank_only_does_not_start_mpich() {
+    worth_it_on_one_rank_only(Mpich);
 }
 
 /// Calls that differ on one rank only (a datatype handle per call, local displacements) are one

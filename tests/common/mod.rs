@@ -556,6 +556,29 @@ pub fn reopening_delays(lead: &str, after: &str, ring_after: &str) -> Vec<String
     delays
 }
 
+/// A launcher-independent wrapper program that sets the variable `name` to its first argument on
+/// rank 0 and to its second on every other rank, then runs the rest of its arguments: ranks that
+/// see different stores, or weigh a search differently.
+pub fn per_rank_env(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(format!("per-rank-{name}.sh"));
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n\
+             rank=${{OMPI_COMM_WORLD_RANK:-$PMI_RANK}}\n\
+             if [ \"$rank\" = 0 ]; then {name}=$1; else {name}=$2; fi\n\
+             export {name}\n\
+             shift 2\n\
+             exec \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    path
+}
+
 /// COMMTUNE_INJECT_DELAY items making `winner` the only codelet of `op` (among `codelets`)
 /// without `delay`.
 pub fn all_but(op: &str, codelets: &[&str], winner: &str, delay: &str) -> Vec<String> {
