@@ -151,14 +151,26 @@ fn publish(ranks: &[RankData], process: &Process, config: &Config, aborted: Opti
     }
 }
 
-/// Writes through a temporary file renamed into place: a writer cut short by MPI_Abort, or two
-/// ranks aborting at once, never leave a torn report.
 fn write(report: &Report, path: &Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    place(&json, path)
+}
+
+/// Writes `contents` to `path` through a temporary file renamed into place: a writer cut short
+/// by MPI_Abort, or two ranks aborting at once, never leave a torn report. What is not a regular
+/// file (a device such as /dev/null, a FIFO) is written as it is, since a rename would replace
+/// it (root may replace /dev/null itself with a file, which every program's discarded output
+/// then fills and every reader of /dev/null reads); a symbolic link is followed, so that the
+/// file it names is replaced, not the link.
+fn place(contents: &[u8], path: &Path) -> std::io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return std::fs::write(path, contents);
+    }
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&temporary, json)?;
-    std::fs::rename(&temporary, path).inspect_err(|_| {
+    std::fs::write(&temporary, contents)?;
+    std::fs::rename(&temporary, &path).inspect_err(|_| {
         let _ = std::fs::remove_file(&temporary);
     })
 }
@@ -176,5 +188,67 @@ fn report_path(target: &ReportTarget) -> Option<PathBuf> {
                 .unwrap_or_else(|| std::process::id().to_string());
             Some(PathBuf::from(format!("commtune-{id}.json")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place;
+    use std::os::unix::fs::FileTypeExt;
+    use std::path::PathBuf;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("commtune-place-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_report_replaces_a_regular_file_whole() {
+        let dir = scratch("file");
+        let path = dir.join("report.json");
+        std::fs::write(&path, "an older and longer report").unwrap();
+        place(b"{}", &path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary left"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_report_through_a_symbolic_link_replaces_the_file_it_names() {
+        let dir = scratch("link");
+        let (file, link) = (dir.join("real.json"), dir.join("link.json"));
+        std::fs::write(&file, "old").unwrap();
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        place(b"{}", &link).unwrap();
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "{}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A FIFO stands for every file that is not a regular one (/dev/null among them, which a test
+    /// must not risk): it is written, not replaced.
+    #[test]
+    fn a_report_to_a_fifo_is_written_into_it() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("report.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        place(b"{}", &fifo).unwrap();
+        // Checked first: a FIFO renamed over would leave its reader waiting for ever.
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "{kind:?}");
+        assert_eq!(reader.join().unwrap(), "{}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
