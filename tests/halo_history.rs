@@ -36,8 +36,11 @@ const TUNING: &[(&str, &str)] = &[
     ),
 ];
 
-/// Pairwise the known winner: every episode 2 ms slower on each rank, native's 10 ms.
-const PAIRWISE_WINS: &str = "halo:native=10ms,halo:pairwise=2ms";
+/// Pairwise the known winner: every episode 2 ms slower on each rank, native's 30 ms. With
+/// native's 10 ms, pairwise's production episodes once took 16 ms in a full suite run (each waits
+/// for its peer's delay too, and MPICH's ranks busy-poll two cores), and the self-check rightly
+/// replaced pairwise with native.
+const PAIRWISE_WINS: &str = "halo:native=30ms,halo:pairwise=2ms";
 
 /// The stencil (a 2-D periodic torus, 80 exchanges) on 2 ranks, tuned with `delays`, recording
 /// into and predicting from `store`.
@@ -138,7 +141,10 @@ fn second_run_skips_the_search(flavour: Flavour, name: &str) {
         assert_eq!(e.timing, "barrier", "the default timing");
         assert!(e.estimates.iter().any(|c| c.codelet == "native"), "{e:#?}");
         let realised = e.realised_us.expect("the self-check's realised time");
-        assert!((2_000.0..10_000.0).contains(&realised), "{e:#?}");
+        assert!(
+            (2_000.0..20_000.0).contains(&realised),
+            "pairwise's, not native's 30 ms: {e:#?}"
+        );
     }
     assert_eq!(
         entries[0].episode.shape, entries[1].episode.shape,
