@@ -103,6 +103,19 @@ fn confirmed_without_search(second: &Value, winner: &str) {
     );
 }
 
+/// The store's entries of confirmed predictions, each of `winner`.
+fn confirmed_entries(store: &Path, winner: &str) -> Vec<HaloEntry> {
+    let confirmed: Vec<HaloEntry> = halo_entries(store)
+        .into_iter()
+        .filter(|e| e.how == How::PredictionConfirmed)
+        .collect();
+    assert!(
+        confirmed.iter().all(|e| e.winner == winner),
+        "{confirmed:#?}"
+    );
+    confirmed
+}
+
 /// The store's halo entries, by rank (the newest file's when a rank has several).
 fn halo_entries(store: &Path) -> Vec<HaloEntry> {
     let loaded = commtune_history::halo::load(store);
@@ -160,13 +173,8 @@ fn second_run_skips_the_search(flavour: Flavour, name: &str) {
         Some(searched),
         "the first run's search (2 codelets x 2 samples x blocks of 2): {second:#}"
     );
-    let entries = halo_entries(&store);
-    let confirmed: Vec<&HaloEntry> = entries
-        .iter()
-        .filter(|e| e.how == How::PredictionConfirmed)
-        .collect();
-    assert_eq!(confirmed.len(), 2, "both ranks confirmed: {entries:#?}");
-    assert!(confirmed.iter().all(|e| e.winner == "pairwise"));
+    let confirmed = confirmed_entries(&store, "pairwise");
+    assert_eq!(confirmed.len(), 2, "both ranks confirmed: {confirmed:#?}");
 }
 
 #[test]
@@ -257,12 +265,8 @@ fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, name: &str) {
 
     let second = stencil_on(1, flavour, &dir, &store, delays);
     confirmed_without_search(&second, "native");
-    let confirmed: Vec<HaloEntry> = halo_entries(&store)
-        .into_iter()
-        .filter(|e| e.how == How::PredictionConfirmed)
-        .collect();
+    let confirmed = confirmed_entries(&store, "native");
     assert_eq!(confirmed.len(), 1, "{confirmed:#?}");
-    assert_eq!(confirmed[0].winner, "native");
 }
 
 #[test]
@@ -304,10 +308,7 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavou
 
     let second = stencil_on(1, flavour, &dir, &store, delays);
     confirmed_without_search(&second, "native");
-    let confirmed: Vec<HaloEntry> = halo_entries(&store)
-        .into_iter()
-        .filter(|e| e.how == How::PredictionConfirmed)
-        .collect();
+    let confirmed = confirmed_entries(&store, "native");
     assert_eq!(confirmed.len(), 1, "{confirmed:#?}");
     assert_eq!(
         (
