@@ -187,6 +187,8 @@ fn one_rank_interrupts(flavour: Flavour, np: usize) {
         let job = run(flavour, np, &program, &dir)
             .args(&args)
             .env("COMMTUNE_MODE", "tune")
+            // Search as soon as warm: the ranks propose an episode once they decided it.
+            .env("COMMTUNE_BUDGET", "1")
             .env(knob, value)
             .go();
         assert_eq!(checksum(&job), expected, "{flavour:?} {knob}={value}");
@@ -349,6 +351,8 @@ fn tuning_reports_codelets_that_do_not_apply() {
         .args(&["moving"])
         .env("COMMTUNE_MODE", "tune")
         .env("COMMTUNE_BUDGET", "1")
+        // Native the known winner: pairwise and native are within noise of each other here.
+        .env("COMMTUNE_INJECT_DELAY", "halo:pairwise=5ms")
         .go();
     job.assert_success();
     let site = halo_site(&job.report()).clone();
@@ -529,7 +533,7 @@ const TWO_CODELETS: &[(&str, &str)] = &[
     ("COMMTUNE_MODE", "tune"),
     ("COMMTUNE_BUDGET", "1"),
     ("COMMTUNE_SEARCH", "brute"),
-    ("COMMTUNE_SAMPLES", "2"),
+    ("COMMTUNE_HALO_SAMPLES", "2"),
     (
         "COMMTUNE_EXCLUDE",
         "halo=persistent,halo=irecv_first,halo=pack",
@@ -581,7 +585,10 @@ fn tuned_between_two_on(
 /// for the self-check tests: on two ranks whose trials fell at different episodes, a rank's
 /// trial measured its peer's delay.
 fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
-    let env = [("COMMTUNE_INJECT_DELAY", delays), ("COMMTUNE_BLOCK", "2")];
+    let env = [
+        ("COMMTUNE_INJECT_DELAY", delays),
+        ("COMMTUNE_HALO_BLOCK", "2"),
+    ];
     tuned_between_two_on(1, flavour, name, &env).0
 }
 
@@ -589,7 +596,8 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
 /// to 11), then from episode 14 on, inside the self-check's window (episodes 13 to 28), it is
 /// 30 ms slower than predicted and than native: native, the runner-up, is tried (episodes 30
 /// to 45) and does better, but misses its own estimate too (15 ms against 5), so the
-/// self-check reopens the search with period timing, which finds native, and the second check
+/// self-check reopens the search with the other timing (`local`: a halo search times periods by
+/// default), which finds native, and the second check
 /// keeps it. One rank, a torus of one exchanging with itself: a peer's episodes wait for this
 /// rank's, so on two ranks whose trials fell at different episodes a rank's trial of native
 /// measured its peer's pairwise delay.
@@ -606,8 +614,8 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
     assert_eq!(t["winner"], "native", "{t:#}");
     let check = &t["check"];
     assert_eq!(
-        check["timing"], "period",
-        "the second search timed periods: {t:#}"
+        check["timing"], "local",
+        "the second search timed episodes: {t:#}"
     );
     assert_eq!(check["verdict"], "kept", "{t:#}");
     let reopened = t["timeline"]
@@ -681,20 +689,20 @@ fn the_self_check_reopens_a_wrong_halo_decision_mpich() {
     self_check_reopens(Mpich, "halo-self-check-mpich");
 }
 
-/// COMMTUNE_BLOCK=4: each codelet runs 4 episodes in a row per round and gives one sample at
-/// the last of them (the first is not measured); with 1, every episode is a sample. The search
-/// starts at episode 4 either way. (Only the blocks of 4 find the known winner surely: ranks
-/// wait for each other's messages, so an episode right after a switch pays for the peer's
-/// previous codelet, here native's delay, which is what blocks are for.)
+/// COMMTUNE_HALO_BLOCK=4: each codelet runs 4 episodes in a row per round and gives one sample
+/// at the last of them (the first is not measured: ranks wait for each other's messages, so an
+/// episode right after a switch pays for the peer's previous codelet, here native's delay, which
+/// is what blocks are for); with 2, every second episode ends a sample. The search starts at
+/// episode 4 either way.
 fn block_sampling(flavour: Flavour, name: &str) {
     let delays = ("COMMTUNE_INJECT_DELAY", "halo:native=5ms");
-    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_BLOCK", "4")]);
+    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_HALO_BLOCK", "4")]);
     assert_eq!(samples, [7, 11, 15, 19], "{t:#}");
     assert_eq!(t["search_instances"], 16, "{t:#}");
     assert_eq!(t["winner"], "pairwise", "{t:#}");
-    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_BLOCK", "1")]);
-    assert_eq!(samples, [4, 5, 6, 7], "{t:#}");
-    assert_eq!(t["search_instances"], 4, "{t:#}");
+    let (t, samples) = tuned_between_two(flavour, name, &[delays, ("COMMTUNE_HALO_BLOCK", "2")]);
+    assert_eq!(samples, [5, 7, 9, 11], "{t:#}");
+    assert_eq!(t["search_instances"], 8, "{t:#}");
 }
 
 #[test]
@@ -722,7 +730,7 @@ fn comm_reuse_searches_afresh(flavour: Flavour, name: &str) {
         run = run.env(name, value);
     }
     let job = run
-        .env("COMMTUNE_BLOCK", "2")
+        .env("COMMTUNE_HALO_BLOCK", "2")
         .env(
             "COMMTUNE_INJECT_DELAY",
             "halo:native=20ms@1,halo:pairwise=60ms@51",

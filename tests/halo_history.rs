@@ -27,8 +27,8 @@ const TUNING: &[(&str, &str)] = &[
     ("COMMTUNE_MODE", "tune"),
     ("COMMTUNE_BUDGET", "1"),
     ("COMMTUNE_SEARCH", "brute"),
-    ("COMMTUNE_SAMPLES", "2"),
-    ("COMMTUNE_BLOCK", "2"),
+    ("COMMTUNE_HALO_SAMPLES", "2"),
+    ("COMMTUNE_HALO_BLOCK", "2"),
     ("COMMTUNE_PMAX", "3"),
     (
         "COMMTUNE_EXCLUDE",
@@ -151,7 +151,7 @@ fn second_run_skips_the_search(flavour: Flavour, name: &str) {
             "{e:#?}"
         );
         assert_eq!((e.episode.comm_size, e.episode.messages), (2, 8), "{e:#?}");
-        assert_eq!(e.timing, "barrier", "the default timing");
+        assert_eq!(e.timing, "period", "a halo search's default timing");
         assert!(e.estimates.iter().any(|c| c.codelet == "native"), "{e:#?}");
         let realised = e.realised_us.expect("the self-check's realised time");
         assert!(
@@ -280,18 +280,18 @@ fn a_replaced_halo_winner_is_not_predicted_again_mpich() {
 }
 
 /// The first run's self-check finds its search misled twice over and searches again with
-/// `period` timing (tests/halo.rs's `self_check_reopens`, on one rank for the same reason), whose
+/// `local` timing (tests/halo.rs's `self_check_reopens`, on one rank for the same reason), whose
 /// decision, native, the store keeps with that timing and the timing the job asked for. The
-/// second run, of the default timing, measured nothing of its own there: it predicts native with
-/// period timing, its safety net (timing periods as that search did) confirms it, and nothing is
-/// searched.
+/// second run, of the default timing (`period`), measured nothing of its own there: it predicts
+/// native with local timing, its safety net (timing episodes as that search did) confirms it,
+/// and nothing is searched.
 fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavour, name: &str) {
     let dir = scratch(name);
     let store = dir.join("store");
     let delays = "halo:native=15ms@14,halo:native=5ms,halo:pairwise=30ms@14";
     let first = stencil_on(1, flavour, &dir, &store, delays);
     assert_eq!(first["searches"], 2, "reopened: {first:#}");
-    assert_eq!(first["check"]["timing"], "period", "{first:#}");
+    assert_eq!(first["check"]["timing"], "local", "{first:#}");
     assert_eq!(first["winner"], "native", "{first:#}");
     let entries = halo_entries(&store);
     assert_eq!(entries.len(), 1, "{entries:#?}");
@@ -302,7 +302,7 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavou
             e.timing.as_str(),
             e.reopened_from.as_deref()
         ),
-        ("native", "period", Some("barrier")),
+        ("native", "local", Some("period")),
         "{e:#?}"
     );
 
@@ -315,7 +315,7 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavou
             confirmed[0].timing.as_str(),
             confirmed[0].reopened_from.as_deref()
         ),
-        ("period", Some("barrier")),
+        ("local", Some("period")),
         "kept with the timing its safety net measured: {confirmed:#?}"
     );
 }

@@ -53,7 +53,7 @@ fn read(process: &Process, dir: &Path) -> Recorded {
         .into_iter()
         .filter(|e| e.episode.rank == process.rank && e.episode.comm_size == process.size)
         .collect();
-    let timing = runtime::config().tuning.timing.name();
+    let timing = runtime::config().halo_tuning.timing.name();
     halo::latest(mine, &process.mpi, &knowledge::platform(process), timing)
 }
 
@@ -72,7 +72,7 @@ pub fn entries(process: &Process, decided: impl FnOnce() -> Vec<Decided>) -> Vec
     if knowledge::store(runtime::config()).is_none() {
         return Vec::new();
     }
-    let asked = runtime::config().tuning.timing;
+    let asked = runtime::config().halo_tuning.timing;
     decided()
         .into_iter()
         .map(|d| {

@@ -3,11 +3,13 @@
 //!
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
-//! no collective. Samples are the collectives' (`commtune_tune::sampling::Sampler`): blocks of
-//! COMMTUNE_BLOCK instances of one codelet, the first not measured. An instance is the episode
-//! (first post to last completion) or, with `COMMTUNE_TIMING=period`, the time from the previous
-//! completion of the same key to this one (an application iteration); `barrier` times episodes as
-//! `local` does, as a rank alone holds no barrier. A codelet that posted some of an episode's
+//! no collective. Samples are the collectives' (`commtune_tune::sampling::Sampler`), with the
+//! halo's settings (`Settings::for_halo`): blocks of COMMTUNE_HALO_BLOCK instances of one
+//! codelet, the first not measured, timed as the period from the previous completion of the
+//! same key to this one (an application iteration), or as the episode (first post to last
+//! completion) with `COMMTUNE_TIMING=local`. Where the ranks exchange alike, every rank runs the
+//! same schedule from the same instance on, so a block's period is the whole exchange's with
+//! that codelet: a rank's own episode mostly measures its peers' skew. A codelet that posted some of an episode's
 //! messages natively (its requirements, see `CODELETS`) gives no sample; one that never manages
 //! to is dropped from the search, with a note in the report. `neighbor` is not searched here:
 //! ranks try it together once each has decided (`agreement`), and the samples of its instances go
@@ -98,7 +100,7 @@ static EPISODES: AtomicU64 = AtomicU64::new(0);
 /// Do no harm (`commtune_tune::budget`), per rank: the instances to come are estimated from the
 /// class's rate since its first instance and the rank's episodes so far, at episode `now`.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
-    let settings = runtime::config().tuning;
+    let settings = runtime::config().halo_tuning;
     let instances = sampling::search_instances(
         Search::candidates().len(),
         t.timing.unwrap_or(settings.timing),
@@ -240,7 +242,7 @@ pub fn completed(
     let t = &mut *t;
     t.instances += 1;
     let previous = t.last.replace((now, ran));
-    let timing = runtime::config().tuning.timing;
+    let timing = runtime::config().halo_tuning.timing;
     if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
@@ -261,7 +263,7 @@ pub fn completed(
     }
     let Some(search) = &mut t.search else {
         let born = *t.born.get_or_insert(now_episode);
-        let warm = t.instances >= runtime::config().tuning.warmup;
+        let warm = t.instances >= runtime::config().halo_tuning.warmup;
         // A predicted class costs no search: the budget does not hold it back.
         if warm && !std::mem::replace(&mut t.consulted, true) && start_predicted(t, class) {
             return Measured::Other;
@@ -353,7 +355,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
     let (Some(winner), Some(predicted_us)) = (winner, recorded.predicted_us()) else {
         return false;
     };
-    let settings = runtime::config().tuning;
+    let settings = runtime::config().halo_tuning;
     // A decision reached with the other timing (`halo::latest`) is verified as that search
     // timed it, and a search its safety net dismisses times the same way.
     let timing = Timing::parse(&recorded.timing).unwrap_or(settings.timing);
@@ -416,7 +418,7 @@ fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
 
 /// Starts a search of `t`, with the timing a self-check chose if one did.
 fn start_search(t: &mut EpisodeTuner) {
-    let timing = t.timing.unwrap_or(runtime::config().tuning.timing);
+    let timing = t.timing.unwrap_or(runtime::config().halo_tuning.timing);
     t.search = Some(Search::new(timing));
     t.searches += 1;
     t.timeline.push(Mark::Search {
@@ -444,7 +446,7 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
 /// at the end of its trial. A wrong decision searches again with the other timing, or keeps the
 /// runner-up that beat it.
 fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
-    let settings = runtime::config().tuning;
+    let settings = runtime::config().halo_tuning;
     let Some(p) = &mut t.production else {
         return;
     };
@@ -514,7 +516,7 @@ impl Production {
     /// winner's realised time.
     fn end_unmeasured_trial(&mut self) -> Option<(Prediction, f64)> {
         let (_, winner_realised) = self.trial?;
-        if self.instances <= 4 * check::window(runtime::config().tuning.drift_interval) + 1 {
+        if self.instances <= 4 * check::window(runtime::config().halo_tuning.drift_interval) + 1 {
             return None;
         }
         self.trial = None;
@@ -548,7 +550,7 @@ impl Production {
         };
         self.window_start.get_or_insert(start);
         self.window.push(ticks);
-        let full = check::window(runtime::config().tuning.drift_interval);
+        let full = check::window(runtime::config().halo_tuning.drift_interval);
         if (self.window.len() as u64) < full {
             return None;
         }
@@ -575,7 +577,7 @@ impl Search {
     }
 
     fn new(timing: Timing) -> Search {
-        let settings = runtime::config().tuning;
+        let settings = runtime::config().halo_tuning;
         let plan = Plan::new(settings.search, Search::candidates(), settings.samples);
         let mut search = Search {
             sampler: Sampler::new(plan, timing, settings.block as usize),
@@ -590,7 +592,7 @@ impl Search {
     /// Moves to the next instance of the schedule, ending rounds on the way: the winner once
     /// the policy decides.
     fn advance(&mut self) -> Option<usize> {
-        let settings = runtime::config().tuning;
+        let settings = runtime::config().halo_tuning;
         loop {
             match self.sampler.turn() {
                 Turn::Run {
@@ -631,7 +633,7 @@ pub fn is_settled(entry: &Entry) -> bool {
 
 /// The report's view of `entry`'s tuning (this rank's: halo decisions are per rank).
 pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
-    let warmup = runtime::config().tuning.warmup;
+    let warmup = runtime::config().halo_tuning.warmup;
     let names = codelets::names(Op::Halo);
     let class = CLASS_OF.get(&entry.id()).map(|c| c.clone());
     let Some(t) = class.as_ref().map(|c| lock(&c.tuner)) else {
@@ -745,7 +747,7 @@ fn decision(class: &Class) -> Option<Decided> {
         episode: class.episode.clone(),
         signature: class.signature.clone(),
         estimates,
-        timing: t.timing.unwrap_or(runtime::config().tuning.timing),
+        timing: t.timing.unwrap_or(runtime::config().halo_tuning.timing),
         realised_us,
         winner: names[p.winner],
         replaced,
@@ -914,13 +916,14 @@ mod tests {
             self_check(&mut t, first, ticks(50.0));
             self_check(&mut t, first, ticks(30.0));
             assert!(t.production.is_none() && t.search.is_some());
-            assert_eq!(t.timing, Some(Timing::Period));
+            // The halo's default timing is `period`: the other is `local`.
+            assert_eq!(t.timing, Some(Timing::Local));
             let search = t.search.as_mut().unwrap();
             search.sampler.plan.estimates = vec![(NATIVE, agreed(28.0)), (pairwise, agreed(45.0))];
             decide(&mut t, NATIVE);
         }
         let d = decision(&class).expect("the second search decided");
-        assert_eq!((d.winner, d.timing), ("native", Timing::Period));
+        assert_eq!((d.winner, d.timing), ("native", Timing::Local));
         assert_eq!(
             d.realised_us, None,
             "the check that reopened judged the first"
@@ -938,7 +941,7 @@ mod tests {
         let d = decision(&class).expect("kept");
         assert_eq!(
             (d.winner, d.timing, d.how),
-            ("native", Timing::Period, How::Search)
+            ("native", Timing::Local, How::Search)
         );
         assert!(
             (d.realised_us.unwrap() - 29.0).abs() < 1e-6,

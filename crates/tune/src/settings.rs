@@ -81,6 +81,30 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// The settings of a halo episode's search: `block` episodes per sample and `samples`
+    /// samples per codelet (COMMTUNE_HALO_BLOCK, COMMTUNE_HALO_SAMPLES), and `period` timing
+    /// unless COMMTUNE_TIMING asks for `local`.
+    ///
+    /// A halo episode is not a collective: one rank's episode waits for whatever its peers are
+    /// doing, so it says little about the exchange (on a 1 Gbit/s network each rank's estimates
+    /// came out near random). Every rank runs the same schedule of blocks from the same episode
+    /// on (warm-up and do no harm count episodes alike), so a block's period is the period of
+    /// the whole exchange with that codelet, the same on every rank. `barrier` means that here,
+    /// as a rank alone holds no barrier.
+    pub fn for_halo(self, block: u32, samples: u32) -> Settings {
+        Settings {
+            timing: match self.timing {
+                Timing::Local => Timing::Local,
+                Timing::Barrier | Timing::Period => Timing::Period,
+            },
+            block,
+            samples,
+            ..self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +113,26 @@ mod tests {
     fn timings_parse_their_names() {
         for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
             assert_eq!(Timing::parse(timing.name()), Some(timing));
+        }
+    }
+
+    #[test]
+    fn a_halo_search_times_periods_unless_asked_for_local() {
+        for (asked, halo) in [
+            (Timing::Local, Timing::Local),
+            (Timing::Barrier, Timing::Period),
+            (Timing::Period, Timing::Period),
+        ] {
+            let collectives = Settings {
+                timing: asked,
+                ..Settings::default()
+            };
+            let settings = collectives.for_halo(8, 2);
+            assert_eq!(
+                (settings.timing, settings.block, settings.samples),
+                (halo, 8, 2)
+            );
+            assert_eq!(settings.warmup, collectives.warmup);
         }
     }
 }

@@ -92,7 +92,7 @@ pub(super) fn evaluate(
         next_instance(entry, episodes) as f64,
     ];
     private.allreduce_max_f64(&mut values)?;
-    let enough = -values[0] >= f64::from(config.tuning.samples);
+    let enough = -values[0] >= f64::from(config.halo_tuning.samples);
     if !enough && values[3] == 0.0 {
         return Ok(());
     }
