@@ -10,8 +10,8 @@
 //! same instance, they exchange their message lists, pair sends with receives (`edges`), build
 //! the graph, and switch at the same instance: the first that no rank has begun. Under tuning the
 //! trial alternates the collective with each rank's own codelet in pairs of instances until both
-//! have COMMTUNE_SAMPLES samples; at a later agreement point the slowest rank's estimates of the
-//! two are compared, and every rank keeps or drops the collective from the same instance. Each
+//! have COMMTUNE_HALO_SAMPLES samples; at a later agreement point the slowest rank's estimates of
+//! the two are compared, and every rank keeps or drops the collective from the same instance. Each
 //! communicator agrees on one episode at most; after a decision it stops checking.
 //!
 //! This module owns each communicator's agreement state and its agreement points;
