@@ -9,11 +9,11 @@
 //! same key to this one (an application iteration), or as the episode (first post to last
 //! completion) with `COMMTUNE_TIMING=local`. Where the ranks exchange alike, every rank runs the
 //! same schedule from the same instance on, so a block's period is the whole exchange's with
-//! that codelet: a rank's own episode mostly measures its peers' skew. A codelet that posted some of an episode's
-//! messages natively (its requirements, see `CODELETS`) gives no sample; one that never manages
-//! to is dropped from the search, with a note in the report. `neighbor` is not searched here:
-//! ranks try it together once each has decided (`agreement`), and the samples of its instances go
-//! there.
+//! that codelet: a rank's own episode mostly measures its peers' skew. A codelet that posted
+//! some of an episode's messages natively (its requirements, see `CODELETS`) gives no sample;
+//! one that never manages to is dropped from the search, with a note in the report. `neighbor`
+//! is not searched here: ranks try it together once each has decided (`agreement`), and the
+//! samples of its instances go there.
 //!
 //! The self-check (`commtune_tune::check`) is the collectives' too, on this rank's times: a
 //! window of the winner's production instances after the decision, timed as the search timed,

@@ -88,9 +88,10 @@ impl Settings {
     ///
     /// A halo episode is not a collective: one rank's episode waits for whatever its peers are
     /// doing, so it says little about the exchange (on a 1 Gbit/s network each rank's estimates
-    /// came out near random). Every rank runs the same schedule of blocks from the same episode
-    /// on (warm-up and do no harm count episodes alike), so a block's period is the period of
-    /// the whole exchange with that codelet, the same on every rank. `barrier` means that here,
+    /// came out near random). Where the ranks exchange alike, every rank runs the same schedule
+    /// of blocks from the same episode on (warm-up and do no harm count episodes alike), so a
+    /// block's period is the period of the whole exchange with that codelet, the same on every
+    /// rank. `barrier` means that here,
     /// as a rank alone holds no barrier.
     pub fn for_halo(self, block: u32, samples: u32) -> Settings {
         Settings {
