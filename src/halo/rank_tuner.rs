@@ -106,10 +106,10 @@ static EPISODES: AtomicU64 = AtomicU64::new(0);
 /// Do no harm (`commtune_tune::budget`), per rank: the instances to come are estimated from the
 /// class's rate since its first instance and the rank's episodes so far, at episode `now`. What
 /// a search costs is its first round: after it only codelets within twice the leader's time
-/// stay (`SLOWER_LEAVES`), the leader among them, so the later rounds lose little. Counting
-/// every round had the search wait twice as long: under MPICH on shared memory, 160 native
-/// exchanges at 8 times `pack`'s time made the first run twice as slow as with single-episode
-/// samples.
+/// stay (`SLOWER_LEAVES`), the leader among them, so a later round's exchange loses at most the
+/// leader's time, and mostly less. Counting every round had the search wait twice as long:
+/// under MPICH on shared memory, 160 native exchanges at 8 times `pack`'s time made the first
+/// run twice as slow as with single-episode samples.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().halo_tuning;
     let instances = sampling::search_instances(
