@@ -319,9 +319,9 @@ fn tuned_halo_site(name: &str, np: usize, args: &str) -> Value {
     halo_site(&job.report()).clone()
 }
 
-/// Do no harm: a search of five codelets, two samples each in blocks of 8, takes up to 80
-/// exchanges, and after at most 30 exchanges about as many are expected to come, fewer than twice
-/// that: the exchange stays native.
+/// Do no harm: a halo search costs its first round, five codelets in blocks of 8, 40 exchanges,
+/// and after at most 30 exchanges about as many are expected to come, fewer than twice that: the
+/// exchange stays native.
 #[test]
 fn a_halo_search_that_cannot_pay_for_itself_does_not_start() {
     let dir = scratch("halo-do-no-harm");
@@ -602,10 +602,9 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
 /// 30 ms slower than predicted and than native: native, the runner-up, is tried (episodes 30
 /// to 45) and does better, but misses its own estimate too (15 ms against 5), so the
 /// self-check reopens the search with the other timing (`local`: a halo search times periods by
-/// default), which finds native, and the second check
-/// keeps it. One rank, a torus of one exchanging with itself: a peer's episodes wait for this
-/// rank's, so on two ranks whose trials fell at different episodes a rank's trial of native
-/// measured its peer's pairwise delay.
+/// default), which finds native, and the second check keeps it. One rank, a torus of one
+/// exchanging with itself: a peer's episodes wait for this rank's, so on two ranks whose trials
+/// fell at different episodes a rank's trial of native measured its peer's pairwise delay.
 fn self_check_reopens(flavour: Flavour, name: &str) {
     let t = self_checked_alone(
         flavour,

@@ -90,9 +90,9 @@ impl Plan {
 
     /// The plan where, besides the policy's pruning, a candidate whose estimate after a round
     /// is more than `factor` times the leader's leaves the race, native included (its estimate
-    /// stays the baseline `winner` compares with). `brute` prunes nothing, this neither. For samples that are already means over
-    /// many instances (a halo search's blocks), one round tells a codelet several times slower
-    /// apart, and sampling it again costs the most.
+    /// stays the baseline `winner` compares with); `brute` prunes nothing, this neither. For
+    /// samples that are already means over many instances (a halo search's blocks), one round
+    /// tells a codelet several times slower apart, and sampling it again costs the most.
     pub fn cut_slower_than(self, factor: f64) -> Plan {
         Plan {
             cut: Some(factor),
@@ -167,26 +167,24 @@ impl Plan {
         let Some((_, leader)) = self.leader() else {
             return;
         };
-        let estimates = self.estimates.clone();
-        self.candidates.retain(|c| {
-            let e = estimates
-                .iter()
-                .find(|(i, _)| *i == c.index)
-                .map(|(_, e)| *e);
-            e.is_none_or(|e| e.lower() <= leader.upper())
-        });
+        self.keep(|e| e.lower() <= leader.upper());
     }
 
     fn cut_slow(&mut self, factor: f64) {
         let Some((_, leader)) = self.leader() else {
             return;
         };
-        let estimates = self.estimates.clone();
+        self.keep(|e| e.location <= factor * leader.location);
+    }
+
+    /// Keeps the candidates not yet estimated and those whose estimate passes `keep`.
+    fn keep(&mut self, keep: impl Fn(Agreed) -> bool) {
+        let estimates = &self.estimates;
         self.candidates.retain(|c| {
             estimates
                 .iter()
                 .find(|(i, _)| *i == c.index)
-                .is_none_or(|(_, e)| e.location <= factor * leader.location)
+                .is_none_or(|(_, e)| keep(*e))
         });
     }
 
