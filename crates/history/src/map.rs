@@ -4,14 +4,15 @@
 //! A quadtree over (log2 communicator size, log2 bytes) as in Open MPI's tuned component
 //! (Pješivac-Grbović et al.): the root is the bounding box of the operation's measured problems
 //! (whole powers of two); a region becomes a leaf when one codelet is within `tolerance` of the
-//! best at every problem in it, when it is narrow and holds few problems (`LEAF_PROBLEMS`: there a
-//! split would follow single noisy measurements), or at depth `MAX_DEPTH`, else it splits into
-//! four halves. Every node ranks the codelets measured in it by their mean penalty (time / best
-//! − 1) over its problems, those within `tolerance` everywhere first; a problem that did not
-//! measure a codelet counts it as `UNMEASURED`, and no penalty counts more. A decision goes down
-//! to a leaf (past an empty quarter to its sibling of the same message sizes, else of the same
-//! communicator sizes, else the opposite one) and takes the first applicable codelet of the
-//! leaf's ranking, else of its parent's, and so on up.
+//! best at every problem in it, when it is narrow and holds few problems and one codelet costs
+//! little over them (`LEAF_PROBLEMS`, `COMPROMISE`: there a split would follow single noisy
+//! measurements), or at depth `MAX_DEPTH`, else it splits into four halves. Every node ranks
+//! the codelets measured in it by their mean penalty (time / best − 1) over its problems, those
+//! within `tolerance` everywhere first; a problem that did not measure a codelet counts it as
+//! `UNMEASURED`, and no penalty counts more. A decision goes down to a leaf (past an empty
+//! quarter to its sibling of the same message sizes, else of the same communicator sizes, else
+//! the opposite one) and takes the first applicable codelet of the leaf's ranking, else of its
+//! parent's, and so on up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +26,8 @@ pub const MAX_DEPTH: u32 = 6;
 /// `LEAF_PROBLEMS` problems is a leaf even where no codelet fits all of them: split further, its
 /// leaves would follow one or two measurements each, and one noisy measurement (a descheduled
 /// run) would decide its neighbours wrong; its codelet is the one with the least penalty over
-/// its problems. Wide regions still split, so that a crossover sampled once per octave is found.
+/// its problems. Wide regions still split, so that a crossover sampled once per octave is found,
+/// and so do narrow ones where that codelet costs too much (`COMPROMISE`).
 /// Chosen on one store family (Open MPI, 2 ranks on shared memory, three calibrations of 40
 /// sizes × 3 operations; leave-one-out mean penalty, mean over the three stores): 2.4 % with
 /// neither bound, 2.1 % at 4 problems, 1.8 % at 8 or 16 within 2.5 octaves, 2.0 % within 1.25,
@@ -35,6 +37,17 @@ pub const LEAF_PROBLEMS: usize = 8;
 
 /// See `LEAF_PROBLEMS`.
 pub const LEAF_OCTAVES: f64 = 2.5;
+
+/// A narrow region of few problems splits all the same where its codelet of least penalty costs
+/// more than `COMPROMISE` times the tolerance on average over them: noise makes the best
+/// compromise lose a problem or two by a little, a crossover inside makes it lose many by much.
+/// On the 1 Gbit/s rig, allreduce's `linear` wins up to 26 KiB and takes 2.2 times native's time
+/// from 31 KiB; one leaf over both chose recursive doubling, 30 to 60 % off on either side.
+/// Leave-one-out mean penalty (`commtune map`, tolerance 10 %, calibrations of 40 sizes × 3
+/// operations with 32 samples; without the rule, then at 1, 1.5 and 2): the rig, two
+/// calibrations, 7.4/4.7/4.5/6.0 % and 7.1/4.9/4.8/6.1 %; Open MPI on shared memory, 2 ranks,
+/// 6.2/6.4/6.2/6.2 % and 4.3/6.1/4.2/4.3 %; MPICH 1.3 % and 0.4 % at every value.
+pub const COMPROMISE: f64 = 1.5;
 
 /// The penalty a problem that did not measure a codelet counts for it when a node ranks its
 /// codelets: as if it had taken twice the best. Also the most a measured penalty counts, so that
@@ -86,6 +99,10 @@ impl Area {
         }
         let ((x0, x1), (y0, y1)) = (bounds(xs), bounds(ys));
         Some(Area { x0, x1, y0, y1 })
+    }
+
+    fn holds(&self, x: f64, y: f64) -> bool {
+        (self.x0..self.x1).contains(&x) && (self.y0..self.y1).contains(&y)
     }
 
     fn mid(&self) -> (f64, f64) {
@@ -264,11 +281,13 @@ impl Tree {
         self.decide_at(x, y, applicable)
     }
 
-    /// What the tree built without `held` (one of its samples, whose removal leaves the root
-    /// as it is) decides for it: down its path, the nodes holding it ranked without it.
+    /// What the tree built without `held` (one of its `samples`, whose removal leaves the root
+    /// as it is) decides for it: down its path, the nodes holding it ranked without it; a leaf
+    /// that would split without it is built again from the others.
     fn decide_without(
         &self,
         held: &Sample,
+        samples: &[Sample],
         tolerance: f64,
         applicable: &dyn Fn(&str) -> bool,
     ) -> Option<&str> {
@@ -277,7 +296,7 @@ impl Tree {
         loop {
             let leaf = if holds {
                 let tally = node.tally.without(held, tolerance);
-                let (ranking, leaf) = tally.decision(&area, depth);
+                let (ranking, leaf) = tally.decision(&area, depth, tolerance);
                 rankings.push(ranking);
                 leaf
             } else {
@@ -285,6 +304,22 @@ impl Tree {
                 false
             };
             let Some(children) = node.children.as_ref().filter(|_| !leaf) else {
+                if holds && !leaf && node.children.is_none() {
+                    // Without `held` its compromise costs too much: the leaf splits
+                    // (`Tally::decision`).
+                    let others: Vec<&Sample> = samples
+                        .iter()
+                        .filter(|s| !std::ptr::eq(*s, held) && area.holds(s.x, s.y))
+                        .collect();
+                    let rebuilt = Node::build(&others, area, depth, tolerance);
+                    rankings.pop();
+                    rankings.extend(
+                        rebuilt
+                            .path(area, held.x, held.y)
+                            .into_iter()
+                            .map(|n| n.ranking.clone()),
+                    );
+                }
                 break;
             };
             let q = area.quarter_of(held.x, held.y);
@@ -309,17 +344,7 @@ impl Tree {
     }
 
     fn decide_at(&self, x: f64, y: f64, applicable: &dyn Fn(&str) -> bool) -> Option<&str> {
-        let mut path = vec![&self.root];
-        let mut area = self.area;
-        while let Some(children) = &path.last().expect("root").children {
-            let q = area.quarter_of(x, y);
-            let (q, child) = [q, q ^ 2, q ^ 1, q ^ 3]
-                .into_iter()
-                .find_map(|q| Some((q, children[q].as_ref()?)))
-                .expect("a node that split has a quarter with problems");
-            path.push(child);
-            area = area.quarter(q);
-        }
+        let path = self.root.path(self.area, x, y);
         path.iter().rev().find_map(|node| {
             node.ranking
                 .iter()
@@ -332,7 +357,7 @@ impl Tree {
 impl Node {
     fn build(points: &[&Sample], area: Area, depth: u32, tolerance: f64) -> Node {
         let tally = Tally::of(points, tolerance);
-        let (ranking, leaf) = tally.decision(&area, depth);
+        let (ranking, leaf) = tally.decision(&area, depth, tolerance);
         if leaf {
             return Node {
                 ranking,
@@ -355,6 +380,21 @@ impl Node {
             tally,
             children: Some(Box::new(children)),
         }
+    }
+
+    /// The nodes from this one (of `area`) down to the leaf that decides for (x, y).
+    fn path(&self, mut area: Area, x: f64, y: f64) -> Vec<&Node> {
+        let mut path = vec![self];
+        while let Some(children) = &path.last().expect("this node").children {
+            let q = area.quarter_of(x, y);
+            let (q, child) = [q, q ^ 2, q ^ 1, q ^ 3]
+                .into_iter()
+                .find_map(|q| Some((q, children[q].as_ref()?)))
+                .expect("a node that split has a quarter with problems");
+            path.push(child);
+            area = area.quarter(q);
+        }
+        path
     }
 
     fn leaf_depths(&self, depth: u32, out: &mut Vec<u32>) {
@@ -447,15 +487,22 @@ impl Tally {
 
     /// The region's ranking, and whether the region is a leaf: its first codelet is within the
     /// tolerance everywhere, it is `MAX_DEPTH` deep, it holds a single problem, or it holds no
-    /// more than `LEAF_PROBLEMS` within `LEAF_OCTAVES` of message size.
-    fn decision(&self, area: &Area, depth: u32) -> (Vec<usize>, bool) {
+    /// more than `LEAF_PROBLEMS` within `LEAF_OCTAVES` of message size where its first
+    /// codelet's mean penalty is within `COMPROMISE` times the tolerance.
+    fn decision(&self, area: &Area, depth: u32, tolerance: f64) -> (Vec<usize>, bool) {
         let mut ranking: Vec<usize> = (0..self.sums.len())
             .filter(|&c| self.measured[c] > 0)
             .collect();
         // Every codelet's mean is over the same problems: compare the sums.
         ranking.sort_by_key(|&c| (self.failures[c] > 0, self.sums[c], c));
         let fits = ranking.first().is_some_and(|&c| self.failures[c] == 0);
-        let sparse = self.problems <= LEAF_PROBLEMS && area.x1 - area.x0 <= LEAF_OCTAVES;
+        // A narrow region settles for a compromise only where it costs little on average
+        // (`COMPROMISE`).
+        let compromise = ranking.first().is_some_and(|&c| {
+            self.sums[c] as f64 / 1e9 <= COMPROMISE * tolerance * self.problems as f64
+        });
+        let sparse =
+            compromise && self.problems <= LEAF_PROBLEMS && area.x1 - area.x0 <= LEAF_OCTAVES;
         let leaf = fits || depth == MAX_DEPTH || self.problems <= 1 || sparse;
         (ranking, leaf)
     }
@@ -523,7 +570,7 @@ impl<'a> LeaveOneOut<'a> {
                 .decide_at(held.x, held.y, applicable)
                 .map(String::from);
         }
-        tree.decide_without(held, self.tolerance, applicable)
+        tree.decide_without(held, &self.samples, self.tolerance, applicable)
             .map(String::from)
     }
 }
@@ -662,6 +709,34 @@ mod tests {
         // Nine are too many to settle for a codelet that fails somewhere: the region splits.
         let map = Map::new(&problems(9), 0.1);
         assert!(map.depth("alltoall").unwrap().max >= 1);
+    }
+
+    #[test]
+    fn a_narrow_region_with_a_crossover_inside_splits() {
+        // Six problems within 1.25 octaves from 16 KiB: `small` wins the first three, `large`
+        // the last three, each taking twice the other's time on the wrong side.
+        let entries: Vec<_> = (0..6)
+            .map(|i| {
+                let bytes = (14.0 + i as f64 / 4.0).exp2().round() as u64;
+                let (small, large) = if i < 3 { (1.0, 2.0) } else { (2.0, 1.0) };
+                entry("allreduce", 4, bytes, &[("small", small), ("large", large)])
+            })
+            .collect();
+        let measured = merge(&entries);
+        let map = Map::new(&measured, 0.1);
+        assert!(map.depth("allreduce").unwrap().max >= 1);
+        for (i, m) in measured.iter().enumerate() {
+            let winner = if i < 3 { "small" } else { "large" };
+            assert_eq!(
+                map.decide("allreduce", 4, m.bytes, &any),
+                Some(winner),
+                "{i}"
+            );
+        }
+        // Held out, only the two problems next to the crossover can be decided wrong.
+        let all: Vec<&Measured> = measured.iter().collect();
+        let penalty = leave_one_out(&all, 0.1);
+        assert!(penalty.mean <= 2.0 / 6.0, "{penalty:?}");
     }
 }
 
