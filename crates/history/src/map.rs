@@ -32,22 +32,24 @@ pub const MAX_DEPTH: u32 = 6;
 /// sizes × 3 operations; leave-one-out mean penalty, mean over the three stores): 2.4 % with
 /// neither bound, 2.1 % at 4 problems, 1.8 % at 8 or 16 within 2.5 octaves, 2.0 % within 1.25,
 /// 1.7 % at 16 within 5 octaves (worse on 3 of the 10 other stores); 8 within 2.5 keeps the finer
-/// map of the best.
+/// map of the best (before `COMPROMISE`).
 pub const LEAF_PROBLEMS: usize = 8;
 
 /// See `LEAF_PROBLEMS`.
 pub const LEAF_OCTAVES: f64 = 2.5;
 
 /// A narrow region of few problems splits all the same where its codelet of least penalty costs
-/// more than `COMPROMISE` times the tolerance on average over them: noise makes the best
-/// compromise lose a problem or two by a little, a crossover inside makes it lose many by much.
-/// On the 1 Gbit/s rig, allreduce's `linear` wins up to 26 KiB and takes 2.2 times native's time
-/// from 31 KiB; one leaf over both chose recursive doubling, 30 to 60 % off on either side.
-/// Leave-one-out mean penalty (`commtune map`, tolerance 10 %, calibrations of 40 sizes × 3
-/// operations with 32 samples; without the rule, then at 1, 1.5 and 2): the rig, two
-/// calibrations, 7.4/4.7/4.5/6.0 % and 7.1/4.9/4.8/6.1 %; Open MPI on shared memory, 2 ranks,
-/// 6.2/6.4/6.2/6.2 % and 4.3/6.1/4.2/4.3 %; MPICH 1.3 % and 0.4 % at every value.
-pub const COMPROMISE: f64 = 1.5;
+/// more than this on average over them (a mean penalty; 0.15: 15 % slower than the best): noise
+/// makes the best compromise lose a problem or two by a little, a crossover inside makes it lose
+/// many by much. On the 1 Gbit/s rig, allreduce's `linear` wins up to 26 KiB and takes 2.2 times
+/// native's time from 31 KiB; one leaf over both chose recursive doubling, 30 to 60 % off on
+/// either side. It does not scale with the tolerance (COMMTUNE_PMAX), so that a small one keeps
+/// the protection against noise. Leave-one-out mean penalty (`commtune map`, tolerance 10 %,
+/// calibrations of 40 sizes × 3 operations with 32 samples; without the rule, then at 0.1, 0.15
+/// and 0.2): the rig, two calibrations, 7.4/4.7/4.5/6.0 % and 7.1/4.9/4.8/6.1 %; Open MPI on
+/// shared memory, 2 ranks, 6.2/6.4/6.2/6.2 % and 4.3/6.1/4.2/4.3 %; MPICH 1.3 % and 0.4 % at
+/// every value.
+pub const COMPROMISE: f64 = 0.15;
 
 /// The penalty a problem that did not measure a codelet counts for it when a node ranks its
 /// codelets: as if it had taken twice the best. Also the most a measured penalty counts, so that
@@ -281,22 +283,23 @@ impl Tree {
         self.decide_at(x, y, applicable)
     }
 
-    /// What the tree built without `held` (one of its `samples`, whose removal leaves the root
+    /// What the tree built without its sample `held` of `samples` (whose removal leaves the root
     /// as it is) decides for it: down its path, the nodes holding it ranked without it; a leaf
     /// that would split without it is built again from the others.
     fn decide_without(
         &self,
-        held: &Sample,
+        held: usize,
         samples: &[Sample],
         tolerance: f64,
         applicable: &dyn Fn(&str) -> bool,
     ) -> Option<&str> {
+        let (index, held) = (held, &samples[held]);
         let mut rankings: Vec<Vec<usize>> = Vec::new();
         let (mut node, mut area, mut depth, mut holds) = (&self.root, self.area, 0, true);
         loop {
             let leaf = if holds {
                 let tally = node.tally.without(held, tolerance);
-                let (ranking, leaf) = tally.decision(&area, depth, tolerance);
+                let (ranking, leaf) = tally.decision(&area, depth);
                 rankings.push(ranking);
                 leaf
             } else {
@@ -309,16 +312,14 @@ impl Tree {
                     // (`Tally::decision`).
                     let others: Vec<&Sample> = samples
                         .iter()
-                        .filter(|s| !std::ptr::eq(*s, held) && area.holds(s.x, s.y))
+                        .enumerate()
+                        .filter(|&(i, s)| i != index && area.holds(s.x, s.y))
+                        .map(|(_, s)| s)
                         .collect();
                     let rebuilt = Node::build(&others, area, depth, tolerance);
-                    rankings.pop();
-                    rankings.extend(
-                        rebuilt
-                            .path(area, held.x, held.y)
-                            .into_iter()
-                            .map(|n| n.ranking.clone()),
-                    );
+                    // Its first node is ranked as the leaf was just ranked without `held`.
+                    let below = rebuilt.path(area, held.x, held.y).into_iter().skip(1);
+                    rankings.extend(below.map(|n| n.ranking.clone()));
                 }
                 break;
             };
@@ -357,7 +358,7 @@ impl Tree {
 impl Node {
     fn build(points: &[&Sample], area: Area, depth: u32, tolerance: f64) -> Node {
         let tally = Tally::of(points, tolerance);
-        let (ranking, leaf) = tally.decision(&area, depth, tolerance);
+        let (ranking, leaf) = tally.decision(&area, depth);
         if leaf {
             return Node {
                 ranking,
@@ -488,8 +489,8 @@ impl Tally {
     /// The region's ranking, and whether the region is a leaf: its first codelet is within the
     /// tolerance everywhere, it is `MAX_DEPTH` deep, it holds a single problem, or it holds no
     /// more than `LEAF_PROBLEMS` within `LEAF_OCTAVES` of message size where its first
-    /// codelet's mean penalty is within `COMPROMISE` times the tolerance.
-    fn decision(&self, area: &Area, depth: u32, tolerance: f64) -> (Vec<usize>, bool) {
+    /// codelet's mean penalty is at most `COMPROMISE`.
+    fn decision(&self, area: &Area, depth: u32) -> (Vec<usize>, bool) {
         let mut ranking: Vec<usize> = (0..self.sums.len())
             .filter(|&c| self.measured[c] > 0)
             .collect();
@@ -498,9 +499,8 @@ impl Tally {
         let fits = ranking.first().is_some_and(|&c| self.failures[c] == 0);
         // A narrow region settles for a compromise only where it costs little on average
         // (`COMPROMISE`).
-        let compromise = ranking.first().is_some_and(|&c| {
-            self.sums[c] as f64 / 1e9 <= COMPROMISE * tolerance * self.problems as f64
-        });
+        let limit = (COMPROMISE * 1e9).round() as u64 * self.problems as u64;
+        let compromise = ranking.first().is_some_and(|&c| self.sums[c] <= limit);
         let sparse =
             compromise && self.problems <= LEAF_PROBLEMS && area.x1 - area.x0 <= LEAF_OCTAVES;
         let leaf = fits || depth == MAX_DEPTH || self.problems <= 1 || sparse;
@@ -509,8 +509,8 @@ impl Tally {
 }
 
 /// Decisions of the maps of one operation's problems, each without one of them, from one tree
-/// of them all: a tree without a problem differs only along that problem's path (unless its
-/// root changes, when it is built anew).
+/// of them all: a tree without a problem differs only along that problem's path, and below a
+/// leaf of it that splits without the problem (unless its root changes, when it is built anew).
 pub(crate) struct LeaveOneOut<'a> {
     measured: &'a [&'a Measured],
     tolerance: f64,
@@ -570,7 +570,7 @@ impl<'a> LeaveOneOut<'a> {
                 .decide_at(held.x, held.y, applicable)
                 .map(String::from);
         }
-        tree.decide_without(held, &self.samples, self.tolerance, applicable)
+        tree.decide_without(i, &self.samples, self.tolerance, applicable)
             .map(String::from)
     }
 }
