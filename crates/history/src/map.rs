@@ -283,17 +283,17 @@ impl Tree {
         self.decide_at(x, y, applicable)
     }
 
-    /// What the tree built without its sample `held` of `samples` (whose removal leaves the root
-    /// as it is) decides for it: down its path, the nodes holding it ranked without it; a leaf
-    /// that would split without it is built again from the others.
+    /// What the tree built without `samples[index]` (whose removal leaves the root as it is)
+    /// decides for it: down its path, the nodes holding it ranked without it; a leaf that would
+    /// split without it is built again from the others.
     fn decide_without(
         &self,
-        held: usize,
+        index: usize,
         samples: &[Sample],
         tolerance: f64,
         applicable: &dyn Fn(&str) -> bool,
     ) -> Option<&str> {
-        let (index, held) = (held, &samples[held]);
+        let held = &samples[index];
         let mut rankings: Vec<Vec<usize>> = Vec::new();
         let (mut node, mut area, mut depth, mut holds) = (&self.root, self.area, 0, true);
         loop {
