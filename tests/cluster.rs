@@ -45,6 +45,7 @@ fn differential(flavour: Flavour) {
             .on_cluster()
             .env("COMMTUNE_FORCE", &force)
             .args(&["--quick", "--large", "1100000", "--random", "20"])
+            .finishes_with("differential: ")
             .go();
         let out = job.stdout();
         let verdict = out
@@ -80,6 +81,7 @@ fn stencil(flavour: Flavour) {
             .on_cluster()
             .native()
             .args(&args)
+            .finishes_with("checksum ")
             .go(),
     );
     for codelet in HALO {
@@ -87,6 +89,7 @@ fn stencil(flavour: Flavour) {
             .on_cluster()
             .env("COMMTUNE_FORCE", &format!("halo={codelet}"))
             .args(&args)
+            .finishes_with("checksum ")
             .go();
         assert_eq!(
             checksum(job),
