@@ -307,19 +307,9 @@ impl Tree {
                 false
             };
             let Some(children) = node.children.as_ref().filter(|_| !leaf) else {
-                if holds && !leaf && node.children.is_none() {
-                    // Without `held` its compromise costs too much: the leaf splits
-                    // (`Tally::decision`).
-                    let others: Vec<&Sample> = samples
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, s)| i != index && area.holds(s.x, s.y))
-                        .map(|(_, s)| s)
-                        .collect();
-                    let rebuilt = Node::build(&others, area, depth, tolerance);
-                    // Its first node is ranked as the leaf was just ranked without `held`.
-                    let below = rebuilt.path(area, held.x, held.y).into_iter().skip(1);
-                    rankings.extend(below.map(|n| n.ranking.clone()));
+                if holds && !leaf {
+                    // A leaf whose compromise costs too much without `held` (`Tally::decision`).
+                    rankings.extend(split_without(samples, index, area, depth, tolerance));
                 }
                 break;
             };
@@ -506,6 +496,31 @@ impl Tally {
         let leaf = fits || depth == MAX_DEPTH || self.problems <= 1 || sparse;
         (ranking, leaf)
     }
+}
+
+/// The rankings below a leaf of `area` at `depth` that splits without `samples[index]`, down to
+/// the leaf that decides for it: the leaf built again from the other samples it holds.
+fn split_without(
+    samples: &[Sample],
+    index: usize,
+    area: Area,
+    depth: u32,
+    tolerance: f64,
+) -> Vec<Vec<usize>> {
+    let others: Vec<&Sample> = samples
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| i != index && area.holds(s.x, s.y))
+        .map(|(_, s)| s)
+        .collect();
+    let rebuilt = Node::build(&others, area, depth, tolerance);
+    let held = &samples[index];
+    // Its first node is ranked as the leaf was just ranked without `held`.
+    let path = rebuilt.path(area, held.x, held.y);
+    path.into_iter()
+        .skip(1)
+        .map(|n| n.ranking.clone())
+        .collect()
 }
 
 /// Decisions of the maps of one operation's problems, each without one of them, from one tree

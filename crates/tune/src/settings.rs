@@ -91,8 +91,7 @@ impl Settings {
     /// came out near random). Where the ranks exchange alike, every rank runs the same schedule
     /// of blocks from the same episode on (warm-up and do no harm count episodes alike), so a
     /// block's period is the period of the whole exchange with that codelet, the same on every
-    /// rank. `barrier` means that here,
-    /// as a rank alone holds no barrier.
+    /// rank. `barrier` means that here, as a rank alone holds no barrier.
     pub fn for_halo(self, block: u32, samples: u32) -> Settings {
         Settings {
             timing: match self.timing {
