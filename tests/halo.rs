@@ -548,15 +548,16 @@ const TWO_CODELETS: &[(&str, &str)] = &[
 /// The stencil's halo exchange tuned on 2 ranks between native and pairwise, with `env` too;
 /// its report's tuning and the calls of its search samples.
 fn tuned_between_two(flavour: Flavour, name: &str, env: &[(&str, &str)]) -> (Value, Vec<u64>) {
-    tuned_between_two_on(2, flavour, name, env)
+    tuned_between_two_on(2, flavour, name, env, "80")
 }
 
-/// `tuned_between_two` on `ranks` ranks.
+/// `tuned_between_two` on `ranks` ranks, for `iterations` exchanges.
 fn tuned_between_two_on(
     ranks: usize,
     flavour: Flavour,
     name: &str,
     env: &[(&str, &str)],
+    iterations: &str,
 ) -> (Value, Vec<u64>) {
     let dir = scratch(name);
     let program = compile(flavour, "stencil.c", &dir);
@@ -565,7 +566,7 @@ fn tuned_between_two_on(
         "12",
         "1",
         "1",
-        "80",
+        iterations,
         "waitall",
         "none",
         "sends_first",
@@ -594,7 +595,57 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
         ("COMMTUNE_INJECT_DELAY", delays),
         ("COMMTUNE_HALO_BLOCK", "2"),
     ];
-    tuned_between_two_on(1, flavour, name, &env).0
+    tuned_between_two_on(1, flavour, name, &env, "80").0
+}
+
+/// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20,
+/// COMMTUNE_DRIFT_INTERVAL 16: windows of 8). Drift windows follow 8 and 16 episodes after each
+/// check, spaced out while steady: the first (episodes 29 to 36) is the baseline, the next
+/// (61 to 68) finds pairwise at 80 ms from episode 50 on, a strike, and the one after it
+/// (77 to 84) a second: the search reopens and finds native. One rank, as in
+/// `self_check_reopens`.
+fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
+    let env = [
+        (
+            "COMMTUNE_INJECT_DELAY",
+            "halo:pairwise=80ms@50,halo:pairwise=8ms,halo:native=24ms",
+        ),
+        ("COMMTUNE_HALO_BLOCK", "2"),
+        ("COMMTUNE_DRIFT_INTERVAL", "16"),
+    ];
+    let t = tuned_between_two_on(1, flavour, name, &env, "160").0;
+    assert_eq!(t["searches"], 2, "drift reopened the search once: {t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+    let drift: Vec<&Value> = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "drift")
+        .collect();
+    let reopened = drift
+        .iter()
+        .position(|e| e["reopened"] == true)
+        .unwrap_or_else(|| panic!("a drift check reopened the search: {t:#}"));
+    let call = |e: &Value| e["call"].as_u64().unwrap();
+    assert!(call(drift[reopened]) > 50, "after the slow-down: {t:#}");
+    assert!(
+        reopened >= 2 && drift[reopened - 1]["ratio"].as_f64().unwrap() > 1.5,
+        "a baseline, then a strike before the reopening: {t:#}"
+    );
+    assert_eq!(
+        drift[0]["ratio"], 1.0,
+        "the first window is the baseline: {t:#}"
+    );
+}
+
+#[test]
+fn drift_reopens_a_halo_search_openmpi() {
+    drift_reopens_a_halo_search(OpenMpi, "halo-drift-openmpi");
+}
+
+#[test]
+fn drift_reopens_a_halo_search_mpich() {
+    drift_reopens_a_halo_search(Mpich, "halo-drift-mpich");
 }
 
 /// Pairwise wins the search (native is 5 ms slower; blocks of two, the search runs episodes 4

@@ -21,7 +21,11 @@
 //! own, and only a runner-up that does clearly better makes the decision wrong (on a network an
 //! episode in production waits for peers that search samples did not wait for, whatever the
 //! codelet); a wrong decision searches again once with the other timing, a second one keeps the
-//! runner-up that beat it.
+//! runner-up that beat it. Drift checks (`check::Drift`) follow, as for collectives: a window of
+//! the winner's instances every COMMTUNE_DRIFT_INTERVAL (spaced out while steady) against the
+//! first such window, timed as the decision's search timed (`period`: a mean that takes in the
+//! stalls a shaped network gives some codelets now and then); windows beyond
+//! COMMTUNE_DRIFT_THRESHOLD twice in a row search again.
 //!
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
@@ -46,7 +50,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
 use super::history::{self, Decided};
-use commtune_tune::check::{self, Judgement, Prediction, Verdict};
+use commtune_tune::check::{self, Drift, Judgement, Prediction, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
@@ -81,6 +85,8 @@ struct EpisodeTuner {
     /// COMMTUNE_TIMING), and how many it found wrong.
     timing: Option<Timing>,
     wrong: u32,
+    /// Searches reopened for drift.
+    reopened: u32,
     /// The latest self-check: the prediction, the winner's realised ticks per instance, the
     /// runner-up's in its trial if it had one, the verdict.
     checked: Option<(Prediction, f64, Option<f64>, Verdict)>,
@@ -141,10 +147,17 @@ struct Production {
     replaced: Option<usize>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
-    /// The self-check's window: where its first instance started (period: the completion before
-    /// it) and each instance's duration.
+    /// The window of the self-check or of a drift check: where its first instance started
+    /// (period: the completion before it) and each instance's duration.
     window_start: Option<u64>,
     window: Vec<u64>,
+    /// Instances since the self-check (or the safety net) was done with the decision, the one of
+    /// them that ends the next drift window, the first window's realised time per instance, and
+    /// the checks so far.
+    unchecked: u64,
+    next_drift: u64,
+    baseline: Option<f64>,
+    drift: Drift,
 }
 
 /// One tuning class: episodes whose messages differ only a little in size, on the same
@@ -260,6 +273,7 @@ pub fn completed(
         if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
+        let decided_with = t.timing.unwrap_or(timing);
         if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
             // A prediction being verified is production's first window after it.
             match verifying(&t.prediction) {
@@ -269,6 +283,8 @@ pub fn completed(
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
             // No evidence against the winner.
             t.checked = Some((predicted, realised, None, Verdict::Kept));
+        } else if let Some(realised) = p.watch(ran, previous, ticks, now, decided_with) {
+            drift_check(t, realised);
         }
         return Measured::Sample;
     }
@@ -427,6 +443,34 @@ fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
     start_search(t);
 }
 
+/// A drift check of the decision of `t`, whose window realised `realised` ticks per instance:
+/// the first window is the baseline; strikes in a row search again (`check::Drift`).
+fn drift_check(t: &mut EpisodeTuner, realised: f64) {
+    let settings = runtime::config().halo_tuning;
+    let Some(p) = &mut t.production else {
+        return;
+    };
+    let ratio = match p.baseline {
+        Some(baseline) if baseline > 0.0 => realised / baseline,
+        _ => {
+            p.baseline = Some(realised);
+            1.0
+        }
+    };
+    let reopen = p.drift.record(ratio, settings.drift_threshold, t.reopened);
+    p.next_drift = p.unchecked + p.drift.spacing(settings.drift_interval);
+    t.timeline.push(Mark::Drift {
+        call: t.instances,
+        ratio,
+        reopened: reopen,
+    });
+    if reopen {
+        t.reopened += 1;
+        t.production = None;
+        start_search(t);
+    }
+}
+
 /// Starts a search of `t`, with the timing a self-check chose if one did.
 fn start_search(t: &mut EpisodeTuner) {
     let timing = t.timing.unwrap_or(runtime::config().halo_tuning.timing);
@@ -507,6 +551,10 @@ impl Production {
             instances: 0,
             window_start: None,
             window: Vec::new(),
+            unchecked: 0,
+            next_drift: runtime::config().halo_tuning.drift_interval,
+            baseline: None,
+            drift: Drift::default(),
         }
     }
 
@@ -570,6 +618,46 @@ impl Production {
         self.window = Vec::new();
         self.window_start = None;
         Some((predicted, realised))
+    }
+
+    /// A production instance (as `observe` takes it) of a decision that neither a self-check,
+    /// a trial nor the safety net is measuring: returns the realised time per instance of a drift
+    /// window once it is complete (its `check::window` instances before the check, timed with
+    /// `timing`, the decision's). An instance that ran another codelet (a `neighbor` trial)
+    /// restarts the window.
+    fn watch(
+        &mut self,
+        ran: usize,
+        previous: Option<(u64, usize)>,
+        ticks: u64,
+        now: u64,
+        timing: Timing,
+    ) -> Option<f64> {
+        if self.predicted.is_some() || self.trial.is_some() {
+            return None;
+        }
+        self.unchecked += 1;
+        let full = check::window(runtime::config().halo_tuning.drift_interval);
+        if self.unchecked + full <= self.next_drift {
+            return None;
+        }
+        let start = (ran == self.winner)
+            .then(|| instance_start(timing, previous, ran, ticks, now))
+            .flatten();
+        let Some(start) = start else {
+            self.window_start = None;
+            self.window.clear();
+            return None;
+        };
+        self.window_start.get_or_insert(start);
+        self.window.push(ticks);
+        if (self.window.len() as u64) < full {
+            return None;
+        }
+        let realised = check::realised(timing, self.window_start, &self.window, now);
+        self.window.clear();
+        self.window_start = None;
+        Some(realised)
     }
 }
 

@@ -1,11 +1,11 @@
 //! Checks of keys in production. The first after a prediction from the history is the safety
 //! net: the predicted winner's measured time against the predicted time. The first after a
-//! search's decision is the self-check: the
-//! winner's realised time against what the search predicted, timed as the search timed and
-//! reduced over ranks alike; a decision it finds clearly wrong reopens the search once with the
-//! other timing, and a second wrong one keeps the runner-up that beat it in production. Later ones are drift checks: the
-//! window before each check against the first, reduced over ranks; a search reopens after
-//! strikes in a row.
+//! search's decision is the self-check: the winner's realised time against what the search
+//! predicted, timed as the search timed and reduced over ranks alike; a decision it finds clearly
+//! wrong reopens the search once with the other timing, and a second wrong one keeps the
+//! runner-up that beat it in production. Later ones are drift checks (`check::Drift`): the median
+//! of the window before each check against the first window's, reduced over ranks; a search
+//! reopens after strikes in a row.
 
 use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
@@ -19,22 +19,6 @@ use super::state::{
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
 use crate::{clock, runtime};
-
-/// Drift windows in a row beyond the threshold before a search reopens.
-const DRIFT_STRIKES: u32 = 2;
-/// Searches a key may reopen at most: drift cannot make the tuner thrash.
-const MAX_REOPEN: u32 = 3;
-/// Doublings of the calls between drift checks of a steady key at most: at the default
-/// COMMTUNE_DRIFT_INTERVAL a key steady for long is checked every 4096 calls.
-const MAX_DOUBLINGS: u32 = 4;
-
-/// The calls to the next drift check of a key whose last `steady` checks found no drift: a check
-/// costs a reduction and a window of timed calls, which a small call feels, so a key that stays
-/// steady is checked ever more rarely; a strike brings the checks back to every
-/// `drift_interval` calls.
-fn spacing(drift_interval: u64, steady: u32) -> u64 {
-    drift_interval.saturating_mul(1 << steady.min(MAX_DOUBLINGS))
-}
 
 /// A drift check of a key in production (every rank is at the same call of it). Returns the
 /// search step when the search reopens.
@@ -109,20 +93,16 @@ pub(super) fn drift_check<C: Operation>(
     } else {
         consensus::drift(&comm.private?, ratio).ok()?
     };
-    if mean > 1.0 + settings.drift_threshold {
-        p.strikes += 1;
-        p.steady = 0;
-    } else {
-        p.strikes = 0;
-        p.steady += 1;
-    }
+    let reopen = p.drift.record(mean, settings.drift_threshold, key.reopened);
     // `mean` is agreed, so every rank spaces its checks alike (ARCHITECTURE.md, invariant 2).
     at.tuner
-        .check_drift_at(at.k + spacing(settings.drift_interval, p.steady));
+        .check_drift_at(at.k + p.drift.spacing(settings.drift_interval));
     trace(at.entry, || {
-        format!("drift check: mean ratio {mean:.2}, strikes {}", p.strikes)
+        format!(
+            "drift check: mean ratio {mean:.2}, strikes {}",
+            p.drift.strikes
+        )
     });
-    let reopen = p.strikes >= DRIFT_STRIKES && key.reopened < MAX_REOPEN;
     key.timeline.push(Mark::Drift {
         call: at.k,
         ratio: mean,
@@ -349,17 +329,5 @@ fn judged<C: Operation>(
             knowledge::learn(at.entry, key);
             None
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_steady_key_is_checked_ever_more_rarely_up_to_a_bound() {
-        let spaced: Vec<u64> = (0..7).map(|steady| spacing(256, steady)).collect();
-        assert_eq!(spaced, [256, 512, 1024, 2048, 4096, 4096, 4096]);
-        assert_eq!(spacing(1_000_000_000, 40), 16_000_000_000);
     }
 }

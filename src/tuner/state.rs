@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use commtune_history::How;
 use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, SelfCheck};
-use commtune_tune::check::{self, Prediction};
+use commtune_tune::check::{self, Drift, Prediction};
 use commtune_tune::checkpoints::{Found, Spacing};
 use commtune_tune::report::{
     NOT_WORTH_ELSEWHERE, Progress, Stage, not_worth_reason, warmup_reason,
@@ -482,10 +482,7 @@ pub struct Production {
     pub window: Vec<u64>,
     pub window_start: Option<u64>,
     pub baseline: Option<f64>,
-    pub strikes: u32,
-    /// Drift checks in a row that found the key steady (no strike): each doubles the calls to
-    /// the next (`drift::spacing`).
-    pub steady: u32,
+    pub drift: Drift,
     /// What the search predicted (agreed estimates, clock ticks per call): the winner's and the
     /// best other codelet's, and the timing they were measured with; None when no search
     /// decided (one codelet applies, or a search ended early). The first drift window checks
@@ -521,8 +518,7 @@ impl Production {
             window: Vec::new(),
             window_start: None,
             baseline: None,
-            strikes: 0,
-            steady: 0,
+            drift: Drift::default(),
             predicted,
             realised_us: None,
             replaced: None,

@@ -33,6 +33,51 @@ pub fn first_check(drift_interval: u64) -> u64 {
     drift_interval.min(DRIFT_WINDOW + 2)
 }
 
+/// Drift windows in a row beyond the threshold before a search reopens.
+pub const DRIFT_STRIKES: u32 = 2;
+
+/// Searches a key may reopen for drift at most: drift cannot make the tuner thrash.
+pub const MAX_REOPEN: u32 = 3;
+
+/// Doublings of the instances between drift checks of a steady key at most: at the default
+/// COMMTUNE_DRIFT_INTERVAL a key steady for long is checked every 4096 instances.
+pub const MAX_DOUBLINGS: u32 = 4;
+
+/// The drift watch of a decision in production, after its self-check: each check compares a
+/// window of the winner's instances with the first window (the baseline), as a ratio. A window
+/// beyond the threshold is a strike; `DRIFT_STRIKES` in a row reopen the search. A check costs a
+/// window of timed instances (and, for a collective, a reduction), which a small call feels, so
+/// a key that stays steady is checked ever more rarely; a strike brings the checks back to every
+/// COMMTUNE_DRIFT_INTERVAL instances.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Drift {
+    pub strikes: u32,
+    /// Checks in a row that found the key steady (no strike).
+    pub steady: u32,
+}
+
+impl Drift {
+    /// Records a check whose window took `ratio` times the baseline, with COMMTUNE_DRIFT_THRESHOLD
+    /// `threshold`. Returns whether the search reopens, for a key that reopened `reopened`
+    /// searches for drift so far.
+    pub fn record(&mut self, ratio: f64, threshold: f64, reopened: u32) -> bool {
+        if ratio > 1.0 + threshold {
+            self.strikes += 1;
+            self.steady = 0;
+        } else {
+            self.strikes = 0;
+            self.steady += 1;
+        }
+        self.strikes >= DRIFT_STRIKES && reopened < MAX_REOPEN
+    }
+
+    /// The instances to the next check, with COMMTUNE_DRIFT_INTERVAL `drift_interval`: the
+    /// interval doubled for each steady check in a row, `MAX_DOUBLINGS` times at most.
+    pub fn spacing(&self, drift_interval: u64) -> u64 {
+        drift_interval.saturating_mul(1 << self.steady.min(MAX_DOUBLINGS))
+    }
+}
+
 /// What a search predicted (agreed estimates, clock ticks per call).
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub struct Prediction {
@@ -220,6 +265,36 @@ impl Prediction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steady_key_is_checked_ever_more_rarely_up_to_a_bound() {
+        let spaced =
+            |drift_interval: u64, steady: u32| Drift { strikes: 0, steady }.spacing(drift_interval);
+        let spaced_256: Vec<u64> = (0..7).map(|steady| spaced(256, steady)).collect();
+        assert_eq!(spaced_256, [256, 512, 1024, 2048, 4096, 4096, 4096]);
+        assert_eq!(spaced(1_000_000_000, 40), 16_000_000_000);
+    }
+
+    #[test]
+    fn drift_reopens_after_strikes_in_a_row_and_spaces_out_steady_checks() {
+        let mut drift = Drift::default();
+        assert_eq!(drift.spacing(256), 256);
+        assert!(!drift.record(1.2, 0.5, 0), "within the threshold");
+        assert!(!drift.record(1.3, 0.5, 0));
+        assert_eq!(drift.spacing(256), 1024, "two steady checks double twice");
+        assert!(!drift.record(1.6, 0.5, 0), "one strike");
+        assert_eq!(drift.spacing(256), 256, "a strike brings the checks back");
+        assert!(
+            !drift.record(1.0, 0.5, 0),
+            "a steady window ends the strikes"
+        );
+        assert!(!drift.record(2.0, 0.5, 0));
+        assert!(drift.record(2.0, 0.5, 0), "two strikes in a row reopen");
+        assert!(
+            !drift.record(2.0, 0.5, MAX_REOPEN),
+            "but not after MAX_REOPEN searches"
+        );
+    }
 
     fn predicted(winner: f64, runner_up: f64) -> Prediction {
         Prediction {
