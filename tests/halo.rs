@@ -599,10 +599,10 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
 }
 
 /// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20,
-/// COMMTUNE_DRIFT_INTERVAL 16: windows of 8). Drift windows follow 8 and 16 episodes after each
-/// check, spaced out while steady: the first (episodes 29 to 36) is the baseline, the next
-/// (61 to 68) finds pairwise at 80 ms from episode 50 on, a strike, and the one after it
-/// (77 to 84) a second: the search reopens and finds native. One rank, as in
+/// COMMTUNE_DRIFT_INTERVAL 16: windows of 8). Drift checks follow every 16 episodes, 32 after a
+/// steady one, each over the episodes since the last: the first (21 to 36) is the baseline, the
+/// next (37 to 68) finds pairwise at 80 ms from episode 50 on, a strike, and the one after it
+/// (69 to 84) a second: the search reopens and finds native. One rank, as in
 /// `self_check_reopens`.
 fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
     let env = [

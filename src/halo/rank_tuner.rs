@@ -21,11 +21,15 @@
 //! own, and only a runner-up that does clearly better makes the decision wrong (on a network an
 //! episode in production waits for peers that search samples did not wait for, whatever the
 //! codelet); a wrong decision searches again once with the other timing, a second one keeps the
-//! runner-up that beat it. Drift checks (`check::Drift`) follow, as for collectives: a window of
-//! the winner's instances every COMMTUNE_DRIFT_INTERVAL (spaced out while steady) against the
-//! first such window, timed as the decision's search timed (`period`: a mean that takes in the
-//! stalls a shaped network gives some codelets now and then); windows beyond
-//! COMMTUNE_DRIFT_THRESHOLD twice in a row search again.
+//! runner-up that beat it. Drift checks (`check::Drift`) follow, spaced as the collectives' are
+//! (COMMTUNE_DRIFT_INTERVAL instances, more while steady): the winner's time per instance over
+//! all of its instances since the last check against that over the first such span, timed as the
+//! decision's search timed; spans beyond COMMTUNE_DRIFT_THRESHOLD twice in a row search again. A
+//! whole span, not the collectives' window of 16 calls (each timed whole, whose median is
+//! agreed over ranks): an episode's completion is clocked anyway, so the span costs nothing, and
+//! a mean over it takes in the stalls a shaped network gives some codelets now and then, a few
+//! in a hundred episodes, which a window of 16 has or misses by chance (on the 1 Gbit/s rig one
+//! such window came out at 2.7 times the first, and the next at 0.99).
 //!
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
@@ -50,7 +54,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
 use super::history::{self, Decided};
-use commtune_tune::check::{self, Drift, Judgement, Prediction, Verdict};
+use commtune_tune::check::{self, Drift, Judgement, Prediction, Span, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
@@ -147,15 +151,16 @@ struct Production {
     replaced: Option<usize>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
-    /// The window of the self-check or of a drift check: where its first instance started
-    /// (period: the completion before it) and each instance's duration.
+    /// The self-check's window: where its first instance started (period: the completion before
+    /// it) and each instance's duration.
     window_start: Option<u64>,
     window: Vec<u64>,
     /// Instances since the self-check (or the safety net) was done with the decision, the one of
-    /// them that ends the next drift window, the first window's realised time per instance, and
-    /// the checks so far.
+    /// them that ends the next drift check, the winner's instances since the last check, the
+    /// first span's realised time per instance, and the checks so far.
     unchecked: u64,
     next_drift: u64,
+    span: Span,
     baseline: Option<f64>,
     drift: Drift,
 }
@@ -443,8 +448,9 @@ fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
     start_search(t);
 }
 
-/// A drift check of the decision of `t`, whose window realised `realised` ticks per instance:
-/// the first window is the baseline; strikes in a row search again (`check::Drift`).
+/// A drift check of the decision of `t`, whose winner realised `realised` ticks per instance
+/// since the last check: the first span is the baseline; strikes in a row search again
+/// (`check::Drift`).
 fn drift_check(t: &mut EpisodeTuner, realised: f64) {
     let settings = runtime::config().halo_tuning;
     let Some(p) = &mut t.production else {
@@ -553,6 +559,7 @@ impl Production {
             window: Vec::new(),
             unchecked: 0,
             next_drift: runtime::config().halo_tuning.drift_interval,
+            span: Span::default(),
             baseline: None,
             drift: Drift::default(),
         }
@@ -621,10 +628,10 @@ impl Production {
     }
 
     /// A production instance (as `observe` takes it) of a decision that neither a self-check,
-    /// a trial nor the safety net is measuring: returns the realised time per instance of a drift
-    /// window once it is complete (its `check::window` instances before the check, timed with
-    /// `timing`, the decision's). An instance that ran another codelet (a `neighbor` trial)
-    /// restarts the window.
+    /// a trial nor the safety net is measuring: returns the winner's realised time per instance
+    /// over its instances since the last check once the next check is due (timed with `timing`,
+    /// the decision's), if they are at least a self-check's window. An instance that ran another
+    /// codelet (a `neighbor` trial) starts the span afresh.
     fn watch(
         &mut self,
         ran: usize,
@@ -637,26 +644,20 @@ impl Production {
             return None;
         }
         self.unchecked += 1;
-        let full = check::window(runtime::config().halo_tuning.drift_interval);
-        if self.unchecked + full <= self.next_drift {
-            return None;
-        }
         let start = (ran == self.winner)
             .then(|| instance_start(timing, previous, ran, ticks, now))
             .flatten();
         let Some(start) = start else {
-            self.window_start = None;
-            self.window.clear();
+            self.span = Span::default();
             return None;
         };
-        self.window_start.get_or_insert(start);
-        self.window.push(ticks);
-        if (self.window.len() as u64) < full {
+        self.span.add(start, ticks);
+        let enough = check::window(runtime::config().halo_tuning.drift_interval);
+        if self.unchecked < self.next_drift || self.span.instances < enough {
             return None;
         }
-        let realised = check::realised(timing, self.window_start, &self.window, now);
-        self.window.clear();
-        self.window_start = None;
+        let realised = self.span.realised(timing, now);
+        self.span = Span::default();
         Some(realised)
     }
 }
