@@ -638,6 +638,42 @@ fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
     );
 }
 
+/// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20),
+/// and takes 80 ms from episode 25 on: the first drift check (COMMTUNE_DRIFT_INTERVAL 16, over
+/// episodes 21 to 36) judges the decision again and puts native on trial, which holds its
+/// estimate and replaces pairwise, with no second search. One rank, as in `self_check_reopens`.
+fn first_drift_span_rechecks_the_halo_decision(flavour: Flavour, name: &str) {
+    let env = [
+        (
+            "COMMTUNE_INJECT_DELAY",
+            "halo:pairwise=80ms@25,halo:pairwise=8ms,halo:native=24ms",
+        ),
+        ("COMMTUNE_HALO_BLOCK", "2"),
+        ("COMMTUNE_DRIFT_INTERVAL", "16"),
+    ];
+    let t = tuned_between_two_on(1, flavour, name, &env, "60").0;
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+    let check = &t["check"];
+    assert_eq!(check["verdict"], "runner_up", "{t:#}");
+    assert_eq!(check["runner_up"], "native", "{t:#}");
+    let realised = check["realised_us"].as_f64().unwrap();
+    assert!(
+        realised > 40_000.0,
+        "the winner's time over the first span, mostly at 80 ms: {t:#}"
+    );
+}
+
+#[test]
+fn the_first_drift_span_rechecks_a_halo_decision_openmpi() {
+    first_drift_span_rechecks_the_halo_decision(OpenMpi, "halo-recheck-openmpi");
+}
+
+#[test]
+fn the_first_drift_span_rechecks_a_halo_decision_mpich() {
+    first_drift_span_rechecks_the_halo_decision(Mpich, "halo-recheck-mpich");
+}
+
 #[test]
 fn drift_reopens_a_halo_search_openmpi() {
     drift_reopens_a_halo_search(OpenMpi, "halo-drift-openmpi");

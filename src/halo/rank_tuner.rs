@@ -29,7 +29,9 @@
 //! agreed over ranks): an episode's completion is clocked anyway, so the span costs nothing, and
 //! a mean over it takes in the stalls a shaped network gives some codelets now and then, a few
 //! in a hundred episodes, which a window of 16 has or misses by chance (on the 1 Gbit/s rig one
-//! such window came out at 2.7 times the first, and the next at 0.99).
+//! such window came out at 2.7 times the first, and the next at 0.99). The first span also
+//! judges a decision its self-check kept without a trial once more, as the self-check does: the
+//! stalls that a search's blocks and the self-check's window both missed show in it.
 //!
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
@@ -163,6 +165,9 @@ struct Production {
     span: Span,
     baseline: Option<f64>,
     drift: Drift,
+    /// Whether the first drift check judged the decision again as its self-check did
+    /// (`drift_check`).
+    rechecked: bool,
 }
 
 /// One tuning class: episodes whose messages differ only a little in size, on the same
@@ -451,11 +456,24 @@ fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
 /// A drift check of the decision of `t`, whose winner realised `realised` ticks per instance
 /// since the last check: the first span is the baseline; strikes in a row search again
 /// (`check::Drift`).
+///
+/// The first span also judges a decision its self-check kept without a trial once more, as the
+/// self-check did, on many more episodes than its window: on the 1 Gbit/s rig, codelets that post
+/// every message at once stall a few times in a hundred episodes, so a search's blocks and the
+/// self-check's window could both miss the stalls, and a rank kept `pack` (3.8 ms per exchange
+/// alone, 2.0 in its samples) beside peers that run `pairwise` (2.2 ms).
 fn drift_check(t: &mut EpisodeTuner, realised: f64) {
     let settings = runtime::config().halo_tuning;
     let Some(p) = &mut t.production else {
         return;
     };
+    if !std::mem::replace(&mut p.rechecked, true)
+        && let Some((predicted, _, None, Verdict::Kept)) = t.checked
+        && let Judgement::Trial(runner_up) = predicted.assess(realised, settings.min_gain)
+    {
+        p.start_trial(runner_up, predicted, realised);
+        return;
+    }
     let ratio = match p.baseline {
         Some(baseline) if baseline > 0.0 => realised / baseline,
         _ => {
@@ -562,6 +580,7 @@ impl Production {
             span: Span::default(),
             baseline: None,
             drift: Drift::default(),
+            rechecked: false,
         }
     }
 
