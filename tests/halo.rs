@@ -600,8 +600,8 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
 
 /// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20,
 /// COMMTUNE_DRIFT_INTERVAL 16: windows of 8). Drift checks follow every 16 episodes, 32 after a
-/// steady one, each over the episodes since the last: the first (21 to 36) is the baseline, the
-/// next (37 to 68) finds pairwise at 80 ms from episode 50 on, a strike, and the one after it
+/// steady one, each over the 16 episodes before it: the first (21 to 36) is the baseline, the
+/// next (53 to 68) finds pairwise at 80 ms from episode 50 on, a strike, and the one after it
 /// (69 to 84) a second: the search reopens and finds native. One rank, as in
 /// `self_check_reopens`.
 fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
@@ -634,7 +634,7 @@ fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
     );
     assert_eq!(
         drift[0]["ratio"], 1.0,
-        "the first window is the baseline: {t:#}"
+        "the first span is the baseline: {t:#}"
     );
 }
 

@@ -1,5 +1,5 @@
 //! The halo tuner (COMMTUNE_MODE=tune): each rank tunes its own episodes. A repeating episode key
-//! searches the halo codelets, keeps the fastest, and checks the decision once.
+//! searches the halo codelets, keeps the fastest, checks the decision, and watches it for drift.
 //!
 //! Halo codelets only reorder or repackage the same messages, so they match whatever codelet the
 //! peers run: every rank searches and decides alone, from its own samples, with no agreement and
@@ -23,15 +23,15 @@
 //! codelet); a wrong decision searches again once with the other timing, a second one keeps the
 //! runner-up that beat it. Drift checks (`check::Drift`) follow, spaced as the collectives' are
 //! (COMMTUNE_DRIFT_INTERVAL instances, more while steady): the winner's time per instance over
-//! all of its instances since the last check against that over the first such span, timed as the
-//! decision's search timed; spans beyond COMMTUNE_DRIFT_THRESHOLD twice in a row search again. A
-//! whole span, not the collectives' window of 16 calls (each timed whole, whose median is
-//! agreed over ranks): an episode's completion is clocked anyway, so the span costs nothing, and
-//! a mean over it takes in the stalls a shaped network gives some codelets now and then, a few
-//! in a hundred episodes, which a window of 16 has or misses by chance (on the 1 Gbit/s rig one
-//! such window came out at 2.7 times the first, and the next at 0.99). The first span also
-//! judges a decision its self-check kept without a trial once more, as the self-check does: the
-//! stalls that a search's blocks and the self-check's window both missed show in it.
+//! the COMMTUNE_DRIFT_INTERVAL instances before each check against that before the first, timed
+//! as the decision's search timed; two in a row beyond COMMTUNE_DRIFT_THRESHOLD search again.
+//! Such a span, not the collectives' window of 16 calls (each timed whole, their median agreed
+//! over ranks): an episode's completion is clocked anyway, so the span costs nothing, and a
+//! mean over it takes in the stalls a shaped network gives some codelets a few times in a
+//! hundred episodes, which a window of 16 has or misses by chance (on the 1 Gbit/s rig one such
+//! window came out at 2.7 times the first, and the next at 0.99). The first check also judges a
+//! decision its self-check kept without a trial once more, as the self-check does: the stalls
+//! that a search's blocks and the self-check's window both missed show in its span.
 //!
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
@@ -141,7 +141,7 @@ struct Search {
     misses: u32,
 }
 
-/// The winner in production, and its self-check until it is done.
+/// The winner in production, its self-check until it is done, and its drift checks.
 struct Production {
     winner: usize,
     /// What the search predicted (None once checked, or for a fallback that is not checked).
@@ -153,21 +153,18 @@ struct Production {
     replaced: Option<usize>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
-    /// The self-check's window: where its first instance started (period: the completion before
-    /// it) and each instance's duration.
-    window_start: Option<u64>,
-    window: Vec<u64>,
-    /// Instances since the self-check (or the safety net) was done with the decision, the one of
-    /// them that ends the next drift check, the winner's instances since the last check, the
-    /// first span's realised time per instance, and the checks so far.
-    unchecked: u64,
+    /// The self-check's window (or its trial's).
+    window: Span,
+    /// Instances the drift watch counted (after the self-check or the safety net, outside
+    /// trials), the count at which the next drift check is due, the winner's instances before
+    /// it, and the checks so far.
+    watched: u64,
     next_drift: u64,
     span: Span,
-    baseline: Option<f64>,
     drift: Drift,
-    /// Whether the first drift check judged the decision again as its self-check did
-    /// (`drift_check`).
-    rechecked: bool,
+    /// What the search predicted, after a self-check that kept the decision without a trial:
+    /// the first drift check judges it again (`drift_check`).
+    recheck: Option<Prediction>,
 }
 
 /// One tuning class: episodes whose messages differ only a little in size, on the same
@@ -467,22 +464,17 @@ fn drift_check(t: &mut EpisodeTuner, realised: f64) {
     let Some(p) = &mut t.production else {
         return;
     };
-    if !std::mem::replace(&mut p.rechecked, true)
-        && let Some((predicted, _, None, Verdict::Kept)) = t.checked
+    if let Some(predicted) = p.recheck.take()
         && let Judgement::Trial(runner_up) = predicted.assess(realised, settings.min_gain)
     {
+        // The baseline is a whole span after the trial.
+        p.next_drift = p.watched + settings.drift_interval;
         p.start_trial(runner_up, predicted, realised);
         return;
     }
-    let ratio = match p.baseline {
-        Some(baseline) if baseline > 0.0 => realised / baseline,
-        _ => {
-            p.baseline = Some(realised);
-            1.0
-        }
-    };
+    let ratio = p.drift.ratio(Some(realised));
     let reopen = p.drift.record(ratio, settings.drift_threshold, t.reopened);
-    p.next_drift = p.unchecked + p.drift.spacing(settings.drift_interval);
+    p.next_drift = p.watched + p.drift.spacing(settings.drift_interval);
     t.timeline.push(Mark::Drift {
         call: t.instances,
         ratio,
@@ -490,6 +482,8 @@ fn drift_check(t: &mut EpisodeTuner, realised: f64) {
     });
     if reopen {
         t.reopened += 1;
+        // The check of the decision that drifted is not the next one's.
+        t.checked = None;
         t.production = None;
         start_search(t);
     }
@@ -498,6 +492,7 @@ fn drift_check(t: &mut EpisodeTuner, realised: f64) {
 /// Starts a search of `t`, with the timing a self-check chose if one did.
 fn start_search(t: &mut EpisodeTuner) {
     let timing = t.timing.unwrap_or(runtime::config().halo_tuning.timing);
+    t.reason = None;
     t.search = Some(Search::new(timing));
     t.searches += 1;
     t.timeline.push(Mark::Search {
@@ -544,6 +539,9 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
             Judgement::Verdict(verdict) => (realised, None, verdict),
         },
     };
+    if runner_up_realised.is_none() && verdict == Verdict::Kept {
+        p.recheck = Some(predicted);
+    }
     t.checked = Some((predicted, winner_realised, runner_up_realised, verdict));
     let Some((mark, next)) = verdict.wrong(t.instances, winner_realised, predicted.winner) else {
         return;
@@ -573,14 +571,12 @@ impl Production {
             trial: None,
             replaced: None,
             instances: 0,
-            window_start: None,
-            window: Vec::new(),
-            unchecked: 0,
+            window: Span::default(),
+            watched: 0,
             next_drift: runtime::config().halo_tuning.drift_interval,
             span: Span::default(),
-            baseline: None,
             drift: Drift::default(),
-            rechecked: false,
+            recheck: None,
         }
     }
 
@@ -625,32 +621,34 @@ impl Production {
         if self.instances < 2 {
             return None;
         }
-        let start = (ran == self.running())
-            .then(|| instance_start(predicted.timing, previous, ran, ticks, now))
-            .flatten();
-        let Some(start) = start else {
-            self.window_start = None;
-            self.window.clear();
-            return None;
-        };
-        self.window_start.get_or_insert(start);
-        self.window.push(ticks);
-        let full = check::window(runtime::config().halo_tuning.drift_interval);
-        if (self.window.len() as u64) < full {
+        let running = self.running();
+        if !extend(
+            &mut self.window,
+            running,
+            ran,
+            previous,
+            ticks,
+            now,
+            predicted.timing,
+        ) {
             return None;
         }
-        let realised = check::realised(predicted.timing, self.window_start, &self.window, now);
+        let full = check::window(runtime::config().halo_tuning.drift_interval);
+        if self.window.instances < full {
+            return None;
+        }
+        let realised = self.window.realised(predicted.timing, now);
         self.predicted = None;
-        self.window = Vec::new();
-        self.window_start = None;
+        self.window = Span::default();
         Some((predicted, realised))
     }
 
     /// A production instance (as `observe` takes it) of a decision that neither a self-check,
     /// a trial nor the safety net is measuring: returns the winner's realised time per instance
-    /// over its instances since the last check once the next check is due (timed with `timing`,
-    /// the decision's), if they are at least a self-check's window. An instance that ran another
-    /// codelet (a `neighbor` trial) starts the span afresh.
+    /// over the COMMTUNE_DRIFT_INTERVAL instances before a drift check once it is due (timed with
+    /// `timing`, the decision's): recent, and long enough to take in stalls that come a few times
+    /// in a hundred. An instance that ran another codelet (a `neighbor` trial) starts the span
+    /// afresh, and the check waits for a whole one.
     fn watch(
         &mut self,
         ran: usize,
@@ -662,23 +660,53 @@ impl Production {
         if self.predicted.is_some() || self.trial.is_some() {
             return None;
         }
-        self.unchecked += 1;
-        let start = (ran == self.winner)
-            .then(|| instance_start(timing, previous, ran, ticks, now))
-            .flatten();
-        let Some(start) = start else {
-            self.span = Span::default();
+        let interval = runtime::config().halo_tuning.drift_interval;
+        self.watched += 1;
+        if self.watched + interval <= self.next_drift {
             return None;
-        };
-        self.span.add(start, ticks);
-        let enough = check::window(runtime::config().halo_tuning.drift_interval);
-        if self.unchecked < self.next_drift || self.span.instances < enough {
+        }
+        if !extend(
+            &mut self.span,
+            self.winner,
+            ran,
+            previous,
+            ticks,
+            now,
+            timing,
+        ) {
+            self.next_drift = self.next_drift.max(self.watched + interval);
+            return None;
+        }
+        if self.watched < self.next_drift {
             return None;
         }
         let realised = self.span.realised(timing, now);
         self.span = Span::default();
         Some(realised)
     }
+}
+
+/// Adds an instance that ran `ran` (ending at `now` after `ticks`; `previous`: its class's
+/// completion before it) to `span`, a measurement of `running` timed with `timing`. Returns
+/// whether it did; an instance of another codelet, or one `timing` cannot time (period: after an
+/// instance of another codelet), starts `span` afresh.
+fn extend(
+    span: &mut Span,
+    running: usize,
+    ran: usize,
+    previous: Option<(u64, usize)>,
+    ticks: u64,
+    now: u64,
+    timing: Timing,
+) -> bool {
+    let start = (ran == running)
+        .then(|| instance_start(timing, previous, ran, ticks, now))
+        .flatten();
+    match start {
+        Some(start) => span.add(start, ticks),
+        None => *span = Span::default(),
+    }
+    start.is_some()
 }
 
 impl Search {

@@ -43,7 +43,7 @@ pub(super) fn drift_check<C: Operation>(
         let realised = consensus::realised(&comm.private?, realised).ok()?;
         return trial_check(at, comm, key, trial, realised);
     }
-    if p.baseline.is_none()
+    if p.drift.baseline.is_none()
         && let Some(predicted_us) = verifying(&key.prediction)
     {
         let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
@@ -56,7 +56,7 @@ pub(super) fn drift_check<C: Operation>(
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    if p.baseline.is_none()
+    if p.drift.baseline.is_none()
         && let Some(predicted) = p.predicted
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
@@ -86,7 +86,7 @@ pub(super) fn drift_check<C: Operation>(
     };
     // The first check only sets the baseline (a ratio of 1 everywhere): no reduction. Every rank
     // has the same count of checks, so every rank skips it alike.
-    let first = p.baseline.is_none();
+    let first = p.drift.baseline.is_none();
     let ratio = drift_ratio(p);
     let mean = if first {
         1.0
@@ -169,19 +169,9 @@ fn safety_net<C: Operation>(
 fn drift_ratio(p: &mut Production) -> f64 {
     let mut window = std::mem::take(&mut p.window);
     p.window_start = None;
-    if window.is_empty() {
-        p.baseline.get_or_insert(0.0);
-        return 1.0;
-    }
     window.sort_unstable();
-    let median = window[window.len() / 2] as f64;
-    match p.baseline {
-        Some(base) if base > 0.0 => median / base,
-        _ => {
-            p.baseline = Some(median);
-            1.0
-        }
-    }
+    let median = window.get(window.len() / 2).map(|&ticks| ticks as f64);
+    p.drift.ratio(median)
 }
 
 /// The winner missed its prediction: its runner-up runs the next window of production calls,

@@ -478,10 +478,9 @@ pub enum Phase {
 pub struct Production {
     pub winner: usize,
     /// Sampled durations since the last drift check, the clock at the first of them, and the
-    /// first window's median.
+    /// drift checks so far (the first window's median is their baseline).
     pub window: Vec<u64>,
     pub window_start: Option<u64>,
-    pub baseline: Option<f64>,
     pub drift: Drift,
     /// What the search predicted (agreed estimates, clock ticks per call): the winner's and the
     /// best other codelet's, and the timing they were measured with; None when no search
@@ -517,7 +516,6 @@ impl Production {
             winner,
             window: Vec::new(),
             window_start: None,
-            baseline: None,
             drift: Drift::default(),
             predicted,
             realised_us: None,

@@ -43,20 +43,39 @@ pub const MAX_REOPEN: u32 = 3;
 /// COMMTUNE_DRIFT_INTERVAL a key steady for long is checked every 4096 instances.
 pub const MAX_DOUBLINGS: u32 = 4;
 
-/// The drift watch of a decision in production, after its self-check: each check compares a
-/// window of the winner's instances with the first window (the baseline), as a ratio. A window
-/// beyond the threshold is a strike; `DRIFT_STRIKES` in a row reopen the search. A check costs a
-/// window of timed instances (and, for a collective, a reduction), which a small call feels, so
-/// a key that stays steady is checked ever more rarely; a strike brings the checks back to every
-/// COMMTUNE_DRIFT_INTERVAL instances.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+/// The drift watch of a decision in production, after its self-check: each check compares the
+/// winner's time per instance before it (a collective's window of timed calls, a halo's span of
+/// episodes) with the first check's (the baseline), as a ratio. A ratio beyond the threshold is
+/// a strike; `DRIFT_STRIKES` in a row reopen the search. A collective's check costs a window of
+/// timed calls and a reduction, which a small call feels, so a key that stays steady is checked
+/// ever more rarely; a strike brings the checks back to every COMMTUNE_DRIFT_INTERVAL instances.
+#[derive(Clone, Copy, Default, PartialEq, Debug)]
 pub struct Drift {
+    /// The first check's time per instance (0 when it measured nothing).
+    pub baseline: Option<f64>,
     pub strikes: u32,
     /// Checks in a row that found the key steady (no strike).
     pub steady: u32,
 }
 
 impl Drift {
+    /// A check's time per instance `measured` (None: nothing measured) over the baseline. The
+    /// first check's time becomes the baseline, at a ratio of 1, and so does a later one while
+    /// the baseline is 0.
+    pub fn ratio(&mut self, measured: Option<f64>) -> f64 {
+        match (measured, self.baseline) {
+            (None, _) => {
+                self.baseline.get_or_insert(0.0);
+                1.0
+            }
+            (Some(measured), Some(baseline)) if baseline > 0.0 => measured / baseline,
+            (Some(measured), _) => {
+                self.baseline = Some(measured);
+                1.0
+            }
+        }
+    }
+
     /// Records a check whose window took `ratio` times the baseline, with COMMTUNE_DRIFT_THRESHOLD
     /// `threshold`. Returns whether the search reopens, for a key that reopened `reopened`
     /// searches for drift so far.
@@ -130,7 +149,8 @@ pub const RUNNER_UP_KEPT: &str =
 pub enum Next {
     /// Search again with this timing.
     Search(Timing),
-    /// Run this codelet (registry index) from now on, unsearched and unchecked.
+    /// Run this codelet (registry index) from now on, unsearched and without a self-check of its
+    /// own (drift checks go on).
     Settle(usize),
 }
 
@@ -312,11 +332,27 @@ mod tests {
 
     #[test]
     fn a_steady_key_is_checked_ever_more_rarely_up_to_a_bound() {
-        let spaced =
-            |drift_interval: u64, steady: u32| Drift { strikes: 0, steady }.spacing(drift_interval);
+        let spaced = |drift_interval: u64, steady: u32| {
+            let drift = Drift {
+                steady,
+                ..Drift::default()
+            };
+            drift.spacing(drift_interval)
+        };
         let spaced_256: Vec<u64> = (0..7).map(|steady| spaced(256, steady)).collect();
         assert_eq!(spaced_256, [256, 512, 1024, 2048, 4096, 4096, 4096]);
         assert_eq!(spaced(1_000_000_000, 40), 16_000_000_000);
+    }
+
+    #[test]
+    fn the_first_measured_check_is_the_baseline() {
+        let mut drift = Drift::default();
+        assert_eq!(drift.ratio(None), 1.0, "nothing measured");
+        assert_eq!(drift.baseline, Some(0.0));
+        assert_eq!(drift.ratio(Some(40.0)), 1.0, "a baseline of 0 is replaced");
+        assert_eq!(drift.ratio(Some(60.0)), 1.5);
+        assert_eq!(drift.ratio(None), 1.0);
+        assert_eq!(drift.baseline, Some(40.0));
     }
 
     #[test]
