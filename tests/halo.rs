@@ -674,6 +674,39 @@ fn the_first_drift_span_rechecks_a_halo_decision_mpich() {
     first_drift_span_rechecks_the_halo_decision(Mpich, "halo-recheck-mpich");
 }
 
+/// The self-check replaces pairwise with native, as in
+/// `a_runner_up_that_holds_its_estimate_replaces_the_halo_winner` (native 10 ms, pairwise 40 ms
+/// from episode 14, settled on native at about episode 30); native then takes 60 ms from episode
+/// 60 on, and drift checks (COMMTUNE_DRIFT_INTERVAL 16) search again at about episode 94: pairwise
+/// wins. The settled runner-up's reason is gone, so the report and the history take the new
+/// decision as a search's. One rank, as in `self_check_reopens`.
+#[test]
+fn drift_searches_a_settled_halo_runner_up_again() {
+    let dir = scratch("halo-drift-settled-history");
+    let history = dir.join("history");
+    let env = [
+        (
+            "COMMTUNE_INJECT_DELAY",
+            "halo:native=60ms@60,halo:native=10ms,halo:pairwise=40ms@14",
+        ),
+        ("COMMTUNE_HALO_BLOCK", "2"),
+        ("COMMTUNE_DRIFT_INTERVAL", "16"),
+        ("COMMTUNE_HISTORY", history.to_str().unwrap()),
+    ];
+    let t = tuned_between_two_on(1, OpenMpi, "halo-drift-settled", &env, "140").0;
+    assert_eq!(t["searches"], 2, "drift searched again: {t:#}");
+    assert_eq!(t["winner"], "pairwise", "{t:#}");
+    assert!(t["reason"].is_null(), "a search's decision: {t:#}");
+    let stored = std::fs::read_dir(&history)
+        .unwrap()
+        .filter_map(|f| std::fs::read_to_string(f.unwrap().path()).ok())
+        .collect::<String>();
+    assert!(
+        stored.contains(r#""winner":"pairwise""#),
+        "the new decision is in the history: {stored}"
+    );
+}
+
 #[test]
 fn drift_reopens_a_halo_search_openmpi() {
     drift_reopens_a_halo_search(OpenMpi, "halo-drift-openmpi");
