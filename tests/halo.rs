@@ -591,12 +591,27 @@ fn tuned_between_two_on(
 /// for the self-check tests: on two ranks whose trials fell at different episodes, a rank's
 /// trial measured its peer's delay.
 fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
-    let env = [
+    tuned_alone(flavour, name, delays, &[], "80")
+}
+
+/// `self_checked_alone` with `env` too, for `iterations` exchanges.
+fn tuned_alone(
+    flavour: Flavour,
+    name: &str,
+    delays: &str,
+    env: &[(&str, &str)],
+    iterations: &str,
+) -> Value {
+    let mut all = vec![
         ("COMMTUNE_INJECT_DELAY", delays),
         ("COMMTUNE_HALO_BLOCK", "2"),
     ];
-    tuned_between_two_on(1, flavour, name, &env, "80").0
+    all.extend_from_slice(env);
+    tuned_between_two_on(1, flavour, name, &all, iterations).0
 }
+
+/// Drift checks every 16 episodes, and self-check windows of 8.
+const DRIFT_EVERY_16: (&str, &str) = ("COMMTUNE_DRIFT_INTERVAL", "16");
 
 /// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20,
 /// COMMTUNE_DRIFT_INTERVAL 16: windows of 8). Drift checks follow every 16 episodes, 32 after a
@@ -605,15 +620,8 @@ fn self_checked_alone(flavour: Flavour, name: &str, delays: &str) -> Value {
 /// (69 to 84) a second: the search reopens and finds native. One rank, as in
 /// `self_check_reopens`.
 fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
-    let env = [
-        (
-            "COMMTUNE_INJECT_DELAY",
-            "halo:pairwise=80ms@50,halo:pairwise=8ms,halo:native=24ms",
-        ),
-        ("COMMTUNE_HALO_BLOCK", "2"),
-        ("COMMTUNE_DRIFT_INTERVAL", "16"),
-    ];
-    let t = tuned_between_two_on(1, flavour, name, &env, "160").0;
+    let delays = "halo:pairwise=80ms@50,halo:pairwise=8ms,halo:native=24ms";
+    let t = tuned_alone(flavour, name, delays, &[DRIFT_EVERY_16], "160");
     assert_eq!(t["searches"], 2, "drift reopened the search once: {t:#}");
     assert_eq!(t["winner"], "native", "{t:#}");
     let drift: Vec<&Value> = t["timeline"]
@@ -638,20 +646,23 @@ fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
     );
 }
 
+#[test]
+fn drift_reopens_a_halo_search_openmpi() {
+    drift_reopens_a_halo_search(OpenMpi, "halo-drift-openmpi");
+}
+
+#[test]
+fn drift_reopens_a_halo_search_mpich() {
+    drift_reopens_a_halo_search(Mpich, "halo-drift-mpich");
+}
+
 /// Pairwise (8 ms) wins the search over native (24 ms) and its self-check (episodes 13 to 20),
 /// and takes 80 ms from episode 25 on: the first drift check (COMMTUNE_DRIFT_INTERVAL 16, over
 /// episodes 21 to 36) judges the decision again and puts native on trial, which holds its
 /// estimate and replaces pairwise, with no second search. One rank, as in `self_check_reopens`.
 fn first_drift_span_rechecks_the_halo_decision(flavour: Flavour, name: &str) {
-    let env = [
-        (
-            "COMMTUNE_INJECT_DELAY",
-            "halo:pairwise=80ms@25,halo:pairwise=8ms,halo:native=24ms",
-        ),
-        ("COMMTUNE_HALO_BLOCK", "2"),
-        ("COMMTUNE_DRIFT_INTERVAL", "16"),
-    ];
-    let t = tuned_between_two_on(1, flavour, name, &env, "60").0;
+    let delays = "halo:pairwise=80ms@25,halo:pairwise=8ms,halo:native=24ms";
+    let t = tuned_alone(flavour, name, delays, &[DRIFT_EVERY_16], "60");
     assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
     assert_eq!(t["winner"], "native", "{t:#}");
     let check = &t["check"];
@@ -682,18 +693,16 @@ fn the_first_drift_span_rechecks_a_halo_decision_mpich() {
 /// decision as a search's. One rank, as in `self_check_reopens`.
 #[test]
 fn drift_searches_a_settled_halo_runner_up_again() {
-    let dir = scratch("halo-drift-settled-history");
-    let history = dir.join("history");
-    let env = [
-        (
-            "COMMTUNE_INJECT_DELAY",
-            "halo:native=60ms@60,halo:native=10ms,halo:pairwise=40ms@14",
-        ),
-        ("COMMTUNE_HALO_BLOCK", "2"),
-        ("COMMTUNE_DRIFT_INTERVAL", "16"),
-        ("COMMTUNE_HISTORY", history.to_str().unwrap()),
-    ];
-    let t = tuned_between_two_on(1, OpenMpi, "halo-drift-settled", &env, "140").0;
+    let history = scratch("halo-drift-settled-history").join("history");
+    let delays = "halo:native=60ms@60,halo:native=10ms,halo:pairwise=40ms@14";
+    let store = ("COMMTUNE_HISTORY", history.to_str().unwrap());
+    let t = tuned_alone(
+        OpenMpi,
+        "halo-drift-settled",
+        delays,
+        &[DRIFT_EVERY_16, store],
+        "140",
+    );
     assert_eq!(t["searches"], 2, "drift searched again: {t:#}");
     assert_eq!(t["winner"], "pairwise", "{t:#}");
     assert!(t["reason"].is_null(), "a search's decision: {t:#}");
@@ -705,16 +714,6 @@ fn drift_searches_a_settled_halo_runner_up_again() {
         stored.contains(r#""winner":"pairwise""#),
         "the new decision is in the history: {stored}"
     );
-}
-
-#[test]
-fn drift_reopens_a_halo_search_openmpi() {
-    drift_reopens_a_halo_search(OpenMpi, "halo-drift-openmpi");
-}
-
-#[test]
-fn drift_reopens_a_halo_search_mpich() {
-    drift_reopens_a_halo_search(Mpich, "halo-drift-mpich");
 }
 
 /// Pairwise wins the search (native is 5 ms slower; blocks of two, the search runs episodes 4

@@ -272,16 +272,20 @@ pub fn completed(
     let mut t = lock(&class.tuner);
     let t = &mut *t;
     t.instances += 1;
-    let previous = t.last.replace((now, ran));
+    let instance = Instance {
+        ran,
+        previous: t.last.replace((now, ran)),
+        ticks,
+        now,
+    };
     let timing = runtime::config().halo_tuning.timing;
     if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
-        if let Some(start) = instance_start(timing, previous, ran, ticks, now) {
+        if let Some(start) = instance.start(timing) {
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
-        let decided_with = t.timing.unwrap_or(timing);
-        if let Some((predicted, realised)) = p.observe(ran, previous, ticks, now) {
+        if let Some((predicted, realised)) = p.observe(&instance) {
             // A prediction being verified is production's first window after it.
             match verifying(&t.prediction) {
                 Some(predicted_us) => safety_net(t, predicted_us, realised),
@@ -290,7 +294,7 @@ pub fn completed(
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
             // No evidence against the winner.
             t.checked = Some((predicted, realised, None, Verdict::Kept));
-        } else if let Some(realised) = p.watch(ran, previous, ticks, now, decided_with) {
+        } else if let Some(realised) = p.watch(&instance, t.timing.unwrap_or(timing)) {
             drift_check(t, realised);
         }
         return Measured::Sample;
@@ -312,7 +316,7 @@ pub fn completed(
     let Some(chosen) = chosen.filter(|&c| c == codelet) else {
         return Measured::Search;
     };
-    let start = instance_start(search.sampler.timing, previous, ran, ticks, now);
+    let start = instance.start(search.sampler.timing);
     let decided = if unchanged {
         // Its samples would be native's.
         entry.note(format!(
@@ -356,21 +360,38 @@ pub fn completed(
     Measured::Search
 }
 
-/// Where an instance that ran `ran` and ended at `now` after `ticks` started, timed with
-/// `timing`: `period`, at the previous completion of its class if that ran the same codelet
-/// (None otherwise); else at its first post.
-fn instance_start(
-    timing: Timing,
-    previous: Option<(u64, usize)>,
+/// An instance of a class as it completed: it ran `ran` and ended at clock `now` after `ticks`;
+/// `previous` is the class's completion before it (clock and codelet).
+struct Instance {
     ran: usize,
+    previous: Option<(u64, usize)>,
     ticks: u64,
     now: u64,
-) -> Option<u64> {
-    match timing {
-        Timing::Period => previous
-            .filter(|&(_, codelet)| codelet == ran)
-            .map(|(at, _)| at),
-        Timing::Local | Timing::Barrier => Some(now.saturating_sub(ticks)),
+}
+
+impl Instance {
+    /// Where the instance started, timed with `timing`: `period`, at the previous completion of
+    /// its class if that ran the same codelet (None otherwise); else at its first post.
+    fn start(&self, timing: Timing) -> Option<u64> {
+        match timing {
+            Timing::Period => self
+                .previous
+                .filter(|&(_, codelet)| codelet == self.ran)
+                .map(|(at, _)| at),
+            Timing::Local | Timing::Barrier => Some(self.now.saturating_sub(self.ticks)),
+        }
+    }
+
+    /// Adds the instance to `span`, a measurement of `running` timed with `timing`. Returns
+    /// whether it did; an instance of another codelet, or one `timing` cannot time (period:
+    /// after an instance of another codelet), starts `span` afresh.
+    fn extend(&self, span: &mut Span, running: usize, timing: Timing) -> bool {
+        let start = (self.ran == running).then(|| self.start(timing)).flatten();
+        match start {
+            Some(start) => span.add(start, self.ticks),
+            None => *span = Span::default(),
+        }
+        start.is_some()
     }
 }
 
@@ -604,59 +625,37 @@ impl Production {
         Some((self.predicted.take()?, winner_realised))
     }
 
-    /// A production instance ran `ran`, ending at `now` after `ticks` (`previous`: the class's
-    /// completion before it). Returns the prediction and the realised time of the codelet
-    /// running once the self-check's window is complete: its instances 2 to 17 after the switch
-    /// (the first pays for the codelet before), timed as the search timed; an instance that ran
-    /// another codelet restarts the window.
-    fn observe(
-        &mut self,
-        ran: usize,
-        previous: Option<(u64, usize)>,
-        ticks: u64,
-        now: u64,
-    ) -> Option<(Prediction, f64)> {
+    /// A production instance completed. Returns the prediction and the realised time of the
+    /// codelet running once the self-check's window is complete: its instances 2 to 17 after the
+    /// switch (the first pays for the codelet before), timed as the search timed; an instance
+    /// that ran another codelet restarts the window.
+    fn observe(&mut self, instance: &Instance) -> Option<(Prediction, f64)> {
         let predicted = self.predicted?;
         self.instances += 1;
         if self.instances < 2 {
             return None;
         }
         let running = self.running();
-        if !extend(
-            &mut self.window,
-            running,
-            ran,
-            previous,
-            ticks,
-            now,
-            predicted.timing,
-        ) {
+        if !instance.extend(&mut self.window, running, predicted.timing) {
             return None;
         }
         let full = check::window(runtime::config().halo_tuning.drift_interval);
         if self.window.instances < full {
             return None;
         }
-        let realised = self.window.realised(predicted.timing, now);
+        let realised = self.window.realised(predicted.timing, instance.now);
         self.predicted = None;
         self.window = Span::default();
         Some((predicted, realised))
     }
 
-    /// A production instance (as `observe` takes it) of a decision that neither a self-check,
-    /// a trial nor the safety net is measuring: returns the winner's realised time per instance
-    /// over the COMMTUNE_DRIFT_INTERVAL instances before a drift check once it is due (timed with
+    /// A production instance of a decision that neither a self-check, a trial nor the safety
+    /// net is measuring: returns the winner's realised time per instance over the
+    /// COMMTUNE_DRIFT_INTERVAL instances before a drift check once it is due (timed with
     /// `timing`, the decision's): recent, and long enough to take in stalls that come a few times
     /// in a hundred. An instance that ran another codelet (a `neighbor` trial) starts the span
     /// afresh, and the check waits for a whole one.
-    fn watch(
-        &mut self,
-        ran: usize,
-        previous: Option<(u64, usize)>,
-        ticks: u64,
-        now: u64,
-        timing: Timing,
-    ) -> Option<f64> {
+    fn watch(&mut self, instance: &Instance, timing: Timing) -> Option<f64> {
         if self.predicted.is_some() || self.trial.is_some() {
             return None;
         }
@@ -665,48 +664,17 @@ impl Production {
         if self.watched + interval <= self.next_drift {
             return None;
         }
-        if !extend(
-            &mut self.span,
-            self.winner,
-            ran,
-            previous,
-            ticks,
-            now,
-            timing,
-        ) {
+        if !instance.extend(&mut self.span, self.winner, timing) {
             self.next_drift = self.next_drift.max(self.watched + interval);
             return None;
         }
         if self.watched < self.next_drift {
             return None;
         }
-        let realised = self.span.realised(timing, now);
+        let realised = self.span.realised(timing, instance.now);
         self.span = Span::default();
         Some(realised)
     }
-}
-
-/// Adds an instance that ran `ran` (ending at `now` after `ticks`; `previous`: its class's
-/// completion before it) to `span`, a measurement of `running` timed with `timing`. Returns
-/// whether it did; an instance of another codelet, or one `timing` cannot time (period: after an
-/// instance of another codelet), starts `span` afresh.
-fn extend(
-    span: &mut Span,
-    running: usize,
-    ran: usize,
-    previous: Option<(u64, usize)>,
-    ticks: u64,
-    now: u64,
-    timing: Timing,
-) -> bool {
-    let start = (ran == running)
-        .then(|| instance_start(timing, previous, ran, ticks, now))
-        .flatten();
-    match start {
-        Some(start) => span.add(start, ticks),
-        None => *span = Span::default(),
-    }
-    start.is_some()
 }
 
 impl Search {

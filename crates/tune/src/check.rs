@@ -34,14 +34,14 @@ pub fn first_check(drift_interval: u64) -> u64 {
 }
 
 /// Drift windows in a row beyond the threshold before a search reopens.
-pub const DRIFT_STRIKES: u32 = 2;
+const DRIFT_STRIKES: u32 = 2;
 
 /// Searches a key may reopen for drift at most: drift cannot make the tuner thrash.
-pub const MAX_REOPEN: u32 = 3;
+const MAX_REOPEN: u32 = 3;
 
 /// Doublings of the instances between drift checks of a steady key at most: at the default
 /// COMMTUNE_DRIFT_INTERVAL a key steady for long is checked every 4096 instances.
-pub const MAX_DOUBLINGS: u32 = 4;
+const MAX_DOUBLINGS: u32 = 4;
 
 /// The drift watch of a decision in production, after its self-check: each check compares the
 /// winner's time per instance before it (a collective's window of timed calls, a halo's span of
