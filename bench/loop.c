@@ -16,7 +16,9 @@
  *
  * Before the loop every pair of ranks exchanges a message (MPI_Sendrecv, which the library does
  * not tune), so that connections a network transport opens lazily are open; then a barrier.
- * Rank 0 prints: MS_PER_CALL <the slowest rank's loop time / calls, in milliseconds> */
+ * Rank 0 prints: MS_PER_CALL <the slowest rank's loop time / calls, in milliseconds>
+ * With LOOP_EPISODES=PREFIX each rank also writes every call's time in microseconds to
+ * PREFIX.RANK, one per line (a halo's without its barrier; bench/halo-lead.py replays them). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +89,12 @@ int main(int argc, char **argv)
                      (rank - k + size) % size, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Barrier(MPI_COMM_WORLD);
 
+    /* LOOP_EPISODES=PREFIX: each rank writes each call's time (us) to PREFIX.RANK, one per line */
+    const char *episodes = getenv("LOOP_EPISODES");
+    double *took = malloc(sizeof(double) * (size_t)(calls > 0 ? calls : 1));
     double start = MPI_Wtime();
     for (long i = 0; i < calls; i++) {
+        double call_start = MPI_Wtime();
         switch (kind) {
         case ALLREDUCE:
             MPI_Allreduce(s, r, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -112,13 +118,27 @@ int main(int argc, char **argv)
                 MPI_Isend(out[2 * d + 1], count, t, upper[d], 2 * d + 1, cart, &req[q++]);
             }
             MPI_Waitall(q, req, MPI_STATUSES_IGNORE);
+            took[i] = MPI_Wtime() - call_start;
             if (i % 10 == 9) MPI_Barrier(cart);
             break;
         }
         }
+        if (kind != HALO) took[i] = MPI_Wtime() - call_start;
     }
     double mine = MPI_Wtime() - start, slowest = 0;
     MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (episodes) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", episodes, rank);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            perror(path);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        for (long i = 0; i < calls; i++) fprintf(f, "%.1f\n", took[i] * 1e6);
+        fclose(f);
+    }
+    free(took);
     if (rank == 0) printf("MS_PER_CALL %.6f\n", slowest * 1e3 / (double)(calls > 0 ? calls : 1));
     if (kind == HALO) {
         for (int f = 0; f < 4; f++) {

@@ -21,7 +21,12 @@
 //! own, and only a runner-up that does clearly better makes the decision wrong (on a network an
 //! episode in production waits for peers that search samples did not wait for, whatever the
 //! codelet); a wrong decision searches again once with the other timing, a second one keeps the
-//! runner-up that beat it. Drift checks (`check::Drift`) follow, spaced as the collectives' are
+//! runner-up that beat it. Lead checks follow (`check::Lead`): after each window of twice the
+//! self-check's episodes of the winner, the codelet with the least time this rank last measured
+//! (its search estimate, or its latest window in production) runs from the next episode. Halo
+//! codelets exchange the same messages whatever the peers run, so a rank switches alone, at any
+//! episode; a codelet whose rare stalls a search's few blocks missed leads until a window shows
+//! them. Drift checks (`check::Drift`) follow too, spaced as the collectives' are
 //! (COMMTUNE_DRIFT_INTERVAL instances, more while steady): the winner's time per instance over
 //! the COMMTUNE_DRIFT_INTERVAL instances before each check against that before the first, timed
 //! as the decision's search timed; two in a row beyond COMMTUNE_DRIFT_THRESHOLD search again.
@@ -29,9 +34,8 @@
 //! over ranks): an episode's completion is clocked anyway, so the span costs nothing, and a
 //! mean over it takes in the stalls a shaped network gives some codelets a few times in a
 //! hundred episodes, which a window of 16 has or misses by chance (on the 1 Gbit/s rig one such
-//! window came out at 2.7 times the first, and the next at 0.99). The first check also judges a
-//! decision its self-check kept without a trial once more, as the self-check does: the stalls
-//! that a search's blocks and the self-check's window both missed show in its span.
+//! window came out at 2.7 times the first, and the next at 0.99). A lead check's switch starts
+//! the drift watch afresh.
 //!
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
@@ -56,7 +60,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
 use super::history::{self, Decided};
-use commtune_tune::check::{self, Drift, Judgement, Prediction, Span, Verdict};
+use commtune_tune::check::{self, Drift, Judgement, Lead, Prediction, Span, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
@@ -162,9 +166,12 @@ struct Production {
     next_drift: u64,
     span: Span,
     drift: Drift,
-    /// What the search predicted, after a self-check that kept the decision without a trial:
-    /// the first drift check judges it again (`drift_check`).
-    recheck: Option<Prediction>,
+    /// The lead checks after the self-check (`check::Lead`), the window being measured, whether
+    /// one of them chose the winner, and its latest window's time since.
+    lead: Lead,
+    lead_window: Span,
+    led: bool,
+    led_realised: Option<f64>,
 }
 
 /// One tuning class: episodes whose messages differ only a little in size, on the same
@@ -278,7 +285,10 @@ pub fn completed(
         ticks,
         now,
     };
-    let timing = runtime::config().halo_tuning.timing;
+    let (timing, min_gain) = {
+        let settings = runtime::config().halo_tuning;
+        (settings.timing, settings.min_gain)
+    };
     if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
@@ -294,6 +304,13 @@ pub fn completed(
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
             // No evidence against the winner.
             t.checked = Some((predicted, realised, None, Verdict::Kept));
+        } else if let Some(next) = p.lead_check(&instance, t.timing.unwrap_or(timing), min_gain) {
+            // The winner is the lead check's now, not a settled runner-up's.
+            t.reason = None;
+            t.timeline.push(Mark::Decision {
+                call: t.instances,
+                winner: next,
+            });
         } else if let Some(realised) = p.watch(&instance, t.timing.unwrap_or(timing)) {
             drift_check(t, realised);
         }
@@ -445,7 +462,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
         runner_up: None,
         timing,
     };
-    t.production = Some(Production::new(winner, Some(checked)));
+    t.production = Some(Production::new(winner, Some(checked), Lead::default()));
     t.timeline.push(Mark::Decision {
         call: t.instances,
         winner,
@@ -474,25 +491,11 @@ fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
 /// A drift check of the decision of `t`, whose winner realised `realised` ticks per instance
 /// since the last check: the first span is the baseline; strikes in a row search again
 /// (`check::Drift`).
-///
-/// The first span also judges a decision its self-check kept without a trial once more, as the
-/// self-check did, on many more episodes than its window: on the 1 Gbit/s rig, codelets that post
-/// every message at once stall a few times in a hundred episodes, so a search's blocks and the
-/// self-check's window could both miss the stalls, and a rank kept `pack` (3.8 ms per exchange
-/// alone, 2.0 in its samples) beside peers that run `pairwise` (2.2 ms).
 fn drift_check(t: &mut EpisodeTuner, realised: f64) {
     let settings = runtime::config().halo_tuning;
     let Some(p) = &mut t.production else {
         return;
     };
-    if let Some(predicted) = p.recheck.take()
-        && let Judgement::Trial(runner_up) = predicted.assess(realised, settings.min_gain)
-    {
-        // The baseline is a whole span after the trial.
-        p.next_drift = p.watched + settings.drift_interval;
-        p.start_trial(runner_up, predicted, realised);
-        return;
-    }
     let ratio = p.drift.ratio(Some(realised));
     let reopen = p.drift.record(ratio, settings.drift_threshold, t.reopened);
     p.next_drift = p.watched + p.drift.spacing(settings.drift_interval);
@@ -528,7 +531,13 @@ fn decide(t: &mut EpisodeTuner, winner: usize) {
         return;
     };
     let predicted = search.sampler.prediction(winner);
-    t.production = Some(Production::new(winner, predicted));
+    let plan = &search.sampler.plan;
+    let lead = Lead::new(
+        plan.candidates
+            .iter()
+            .filter_map(|c| Some((c.index, plan.estimate(c.index)?.location))),
+    );
+    t.production = Some(Production::new(winner, predicted, lead));
     t.decided = Some(search.sampler.plan);
     t.timeline.push(Mark::Decision {
         call: t.instances,
@@ -560,8 +569,9 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
             Judgement::Verdict(verdict) => (realised, None, verdict),
         },
     };
-    if runner_up_realised.is_none() && verdict == Verdict::Kept {
-        p.recheck = Some(predicted);
+    p.lead.measured(winner, winner_realised);
+    if let (Some(realised), Some((runner_up, _))) = (runner_up_realised, predicted.runner_up) {
+        p.lead.measured(runner_up, realised);
     }
     t.checked = Some((predicted, winner_realised, runner_up_realised, verdict));
     let Some((mark, next)) = verdict.wrong(t.instances, winner_realised, predicted.winner) else {
@@ -577,7 +587,8 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
         }
         check::Next::Settle(codelet) => {
             t.reason = Some(check::RUNNER_UP_KEPT);
-            let mut production = Production::new(codelet, None);
+            let lead = std::mem::take(&mut p.lead);
+            let mut production = Production::new(codelet, None, lead);
             production.replaced = Some(winner);
             t.production = Some(production);
         }
@@ -585,7 +596,7 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
 }
 
 impl Production {
-    fn new(winner: usize, predicted: Option<Prediction>) -> Production {
+    fn new(winner: usize, predicted: Option<Prediction>, lead: Lead) -> Production {
         Production {
             winner,
             predicted,
@@ -597,7 +608,10 @@ impl Production {
             next_drift: runtime::config().halo_tuning.drift_interval,
             span: Span::default(),
             drift: Drift::default(),
-            recheck: None,
+            lead,
+            lead_window: Span::default(),
+            led: false,
+            led_realised: None,
         }
     }
 
@@ -647,6 +661,39 @@ impl Production {
         self.predicted = None;
         self.window = Span::default();
         Some((predicted, realised))
+    }
+
+    /// A production instance after the self-check (or the safety net): after each whole window
+    /// of `check::LEAD_WINDOWS` self-check windows of the winner, timed with `timing` (the
+    /// decision's) and its first instance after a switch left out, the lead check. Returns the
+    /// codelet that leads now if it is another: it runs from the next instance, with a drift
+    /// watch of its own.
+    fn lead_check(&mut self, instance: &Instance, timing: Timing, min_gain: f64) -> Option<usize> {
+        if self.predicted.is_some() || self.trial.is_some() {
+            return None;
+        }
+        let after_switch = instance.previous.is_none_or(|(_, c)| c != instance.ran);
+        if after_switch || !instance.extend(&mut self.lead_window, self.winner, timing) {
+            self.lead_window = Span::default();
+            return None;
+        }
+        let interval = runtime::config().halo_tuning.drift_interval;
+        if self.lead_window.instances < check::LEAD_WINDOWS * check::window(interval) {
+            return None;
+        }
+        let realised = self.lead_window.realised(timing, instance.now);
+        self.lead_window = Span::default();
+        let Some(next) = self.lead.follow(self.winner, realised, min_gain) else {
+            self.led_realised = self.led.then_some(realised);
+            return None;
+        };
+        self.winner = next;
+        self.led = true;
+        self.led_realised = None;
+        self.span = Span::default();
+        self.drift = Drift::default();
+        self.next_drift = self.watched + interval;
+        Some(next)
     }
 
     /// A production instance of a decision that neither a self-check, a trial nor the safety
@@ -837,6 +884,12 @@ fn decision(class: &Class) -> Option<Decided> {
             h.measured_us,
             How::PredictionConfirmed,
         ),
+        // A winner a lead check chose: its latest window since.
+        (None, Some(plan)) if p.led => (
+            plan.report_estimates(&names, clock::ns_per_tick()),
+            p.led_realised.map(us),
+            How::Search,
+        ),
         (None, Some(plan)) => (
             plan.report_estimates(&names, clock::ns_per_tick()),
             // A check of this decision (one that reopened the search judged the one before):
@@ -852,13 +905,14 @@ fn decision(class: &Class) -> Option<Decided> {
         ),
         _ => return None,
     };
-    let replaced = p
-        .replaced
-        .zip(t.checked)
-        .map(|(codelet, (_, realised, _, _))| Replaced {
-            codelet: names[codelet].to_string(),
-            realised_us: us(realised),
-        });
+    let replaced =
+        p.replaced
+            .filter(|_| !p.led)
+            .zip(t.checked)
+            .map(|(codelet, (_, realised, _, _))| Replaced {
+                codelet: names[codelet].to_string(),
+                realised_us: us(realised),
+            });
     Some(Decided {
         episode: class.episode.clone(),
         signature: class.signature.clone(),
@@ -892,7 +946,7 @@ mod tests {
             },
             signature: String::new(),
         });
-        lock(&class.tuner).production = Some(Production::new(winner, None));
+        lock(&class.tuner).production = Some(Production::new(winner, None, Lead::default()));
         TUNING.insert(id, class.clone());
         class
     }
@@ -933,7 +987,7 @@ mod tests {
                 outcome: VERIFYING.into(),
                 saved_instances: 8,
             });
-            t.production = Some(Production::new(pairwise, None));
+            t.production = Some(Production::new(pairwise, None, Lead::default()));
         }
         class
     }
@@ -996,7 +1050,7 @@ mod tests {
             plan.estimates = vec![(NATIVE, agreed(20.0)), (pairwise, agreed(10.0))];
             t.decided = Some(plan);
             t.searches = 1;
-            t.production = Some(Production::new(pairwise, Some(predicted)));
+            t.production = Some(Production::new(pairwise, Some(predicted), Lead::default()));
             // Pairwise realised 50 µs: native on trial, which takes its 21.
             self_check(&mut t, predicted, ticks(50.0));
             assert_eq!(t.production.as_ref().map(Production::running), Some(NATIVE));

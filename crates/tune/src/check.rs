@@ -1,7 +1,8 @@
 //! The self-check of a decision: the winner's realised production time against what its search
 //! predicted. A search's samples can mislead (on a network, what a codelet leaves behind in the
 //! queues lands on the next one; a codelet's rare long calls escape a few samples), so a decision
-//! is checked once it has run alone for a while.
+//! is checked once it has run alone for a while. After it, a collective's decision and a halo's
+//! get drift checks (`Drift`), and a halo's lead checks too (`Lead`).
 
 use commtune_report::SelfCheck;
 
@@ -310,9 +311,89 @@ impl Prediction {
     }
 }
 
+/// Where a halo decision's lead checks run: a window of this many times the self-check's
+/// instances (32 at the default COMMTUNE_DRIFT_INTERVAL). On the 1 Gbit/s rig the codelets that
+/// post every message at once stall for about 20 ms in 8 to 12 % of 64 KiB episodes (their
+/// median episode, 1.9 ms, is below `pairwise`'s 2.1): a window of 32 shows one with
+/// probability 0.95, the self-check's 16 with 0.75, a search's two blocks of 7 with 0.73.
+pub const LEAD_WINDOWS: u64 = 2;
+
+/// The lead checks of a rank's halo decision: what this rank last measured of each codelet that
+/// stayed in its search, per instance, timed alike (the search's estimate until production ran
+/// it for a window, then that window's time). After each window of the codelet running, the
+/// codelet with the least time runs the next. Halo codelets only reorder or repackage the same
+/// messages, so a rank may switch at any instance with no one's agreement, and following the
+/// leader is how it learns what a search's few blocks missed: a codelet whose rare stalls all
+/// fell outside its samples leads until a window shows them, and then the next in line runs.
+/// Replayed over per-episode times of each codelet forced alone on the rig (64 KiB faces, 2000
+/// exchanges, LD_PRELOAD.md), runs that follow the leader every 32 episodes after the self-check
+/// took 1.07 times `pairwise`'s time, the best, on average (1.10 at the 90th percentile); with
+/// the self-check alone, 1.29 (1.75) (`bench/halo-lead.py`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lead {
+    latest: Vec<(usize, f64)>,
+}
+
+impl Lead {
+    /// The lead of a search's `estimates` (registry index, time per instance).
+    pub fn new(estimates: impl IntoIterator<Item = (usize, f64)>) -> Lead {
+        Lead {
+            latest: estimates.into_iter().collect(),
+        }
+    }
+
+    /// `codelet` realised `realised` per instance over a window of production.
+    pub fn measured(&mut self, codelet: usize, realised: f64) {
+        match self.latest.iter_mut().find(|(c, _)| *c == codelet) {
+            Some((_, latest)) => *latest = realised,
+            None => self.latest.push((codelet, realised)),
+        }
+    }
+
+    /// The `running` codelet realised `realised` over its latest window: the codelet that leads
+    /// now, if another does by more than `min_gain` (the first in the search's order on a tie).
+    pub fn follow(&mut self, running: usize, realised: f64, min_gain: f64) -> Option<usize> {
+        self.measured(running, realised);
+        self.latest
+            .iter()
+            .filter(|&&(c, latest)| c != running && latest * (1.0 + min_gain) < realised)
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|&(c, _)| c)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lead_follows_the_least_latest_time() {
+        // A search: 0 (native) 30, 1 at 20 (its blocks missed its stalls), 2 at 25.
+        let mut lead = Lead::new([(0, 30.0), (1, 20.0), (2, 25.0)]);
+        assert_eq!(lead.follow(1, 20.5, 0.02), None, "within the minimum gain");
+        assert_eq!(
+            lead.follow(1, 34.0, 0.02),
+            Some(2),
+            "a window showed 1's stalls"
+        );
+        assert_eq!(
+            lead.follow(2, 26.0, 0.02),
+            None,
+            "2 leads now, 1 stays at 34"
+        );
+        assert_eq!(lead.follow(2, 40.0, 0.02), Some(0), "then native does");
+        lead.measured(1, 10.0);
+        assert_eq!(
+            lead.follow(0, 30.0, 0.02),
+            Some(1),
+            "a trial's time counts too"
+        );
+        assert_eq!(
+            Lead::new([(3, 5.0)]).follow(3, 50.0, 0.02),
+            None,
+            "nothing else"
+        );
+    }
 
     #[test]
     fn a_span_is_timed_as_its_window_would_be() {
