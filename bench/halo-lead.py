@@ -13,8 +13,8 @@ library's halo tuner does with the default knobs: native until do no harm lets t
 the winner by the least mean, the self-check (a window of 16 after one unmeasured exchange: a
 winner more than 25 % over its estimate and slower than the runner-up's puts the runner-up on
 trial for a window; a runner-up faster by the minimum gain replaces it), then, with lead checks,
-a window of 32 of the winner after which the codelet with the least latest time runs
-(`check::Lead`). It prints each variant's time over the time of the codelet with the least mean,
+a window of 32 of the winner after which the codelet with the least latest time runs if it is
+more than 25 % faster (`check::Lead`). It prints each variant's time over the time of the codelet with the least mean,
 averaged over the runs, and at the 90th percentile. What it leaves out: ranks (every exchange is
 one draw, as if all ranks ran the same codelet), the search's second round cut (no codelet here
 is twice the leader's), and the drift checks.
@@ -80,7 +80,7 @@ def replay(times, exchanges, lead, rng, wait=80, rounds=2, block=8, window=16, l
         if realised is None:
             break
         latest[winner] = realised
-        ahead = [c for c in latest if c != winner and latest[c] * (1 + MIN_GAIN) < realised]
+        ahead = [c for c in latest if c != winner and latest[c] * (1 + MARGIN) < realised]
         switched = bool(ahead)
         if ahead:
             winner = min(ahead, key=latest.get)

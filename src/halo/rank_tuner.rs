@@ -285,10 +285,7 @@ pub fn completed(
         ticks,
         now,
     };
-    let (timing, min_gain) = {
-        let settings = runtime::config().halo_tuning;
-        (settings.timing, settings.min_gain)
-    };
+    let timing = runtime::config().halo_tuning.timing;
     if let Some(p) = &mut t.production {
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
@@ -304,7 +301,7 @@ pub fn completed(
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
             // No evidence against the winner.
             t.checked = Some((predicted, realised, None, Verdict::Kept));
-        } else if let Some(next) = p.lead_check(&instance, t.timing.unwrap_or(timing), min_gain) {
+        } else if let Some(next) = p.lead_check(&instance, t.timing.unwrap_or(timing)) {
             // The winner is the lead check's now, not a settled runner-up's.
             t.reason = None;
             t.timeline.push(Mark::Decision {
@@ -668,7 +665,7 @@ impl Production {
     /// decision's) and its first instance after a switch left out, the lead check. Returns the
     /// codelet that leads now if it is another: it runs from the next instance, with a drift
     /// watch of its own.
-    fn lead_check(&mut self, instance: &Instance, timing: Timing, min_gain: f64) -> Option<usize> {
+    fn lead_check(&mut self, instance: &Instance, timing: Timing) -> Option<usize> {
         if self.predicted.is_some() || self.trial.is_some() {
             return None;
         }
@@ -683,7 +680,7 @@ impl Production {
         }
         let realised = self.lead_window.realised(timing, instance.now);
         self.lead_window = Span::default();
-        let Some(next) = self.lead.follow(self.winner, realised, min_gain) else {
+        let Some(next) = self.lead.follow(self.winner, realised) else {
             self.led_realised = self.led.then_some(realised);
             return None;
         };
