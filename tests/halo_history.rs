@@ -3,17 +3,18 @@
 //! each rank's exchange in production with the recorded winner and the safety net confirms it
 //! (no search), a winner the self-check replaced with its runner-up is recorded so that the
 //! runner-up is what a second run predicts, a decision reached with the other timing is predicted
-//! with it, a slowed-down winner is dismissed by the safety net and searched, the
-//! collective-only readers (`commtune map`, `export`) say the same with halo entries in the store
-//! as without, `commtune history` lists them after the collectives', and a damaged halo file is
-//! one warning line.
+//! with it, a slowed-down winner is dismissed by the safety net and searched (after native, the
+//! entry's runner-up, beat it on trial), one that native does not beat on a machine slower for
+//! both is kept, the collective-only readers (`commtune map`, `export`) say the same with halo
+//! entries in the store as without, `commtune history` lists them after the collectives', and a
+//! damaged halo file is one warning line.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{Flavour, Job, Mpich, OpenMpi, cli, compile, run, scratch, sites};
+use common::{Flavour, Job, Mpich, OpenMpi, Run, cli, compile, run, scratch, sites};
 use commtune_history::How;
 use commtune_history::halo::HaloEntry;
 use serde_json::Value;
@@ -50,6 +51,19 @@ fn stencil_job(flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job 
 
 /// `stencil_job` on `ranks` ranks.
 fn stencil_job_on(ranks: usize, flavour: Flavour, dir: &Path, store: &Path, delays: &str) -> Job {
+    let job = stencil_run(ranks, flavour, dir, store, delays).go();
+    job.assert_success();
+    job
+}
+
+/// The job `stencil_job_on` runs, not started.
+fn stencil_run<'a>(
+    ranks: usize,
+    flavour: Flavour,
+    dir: &'a Path,
+    store: &Path,
+    delays: &str,
+) -> Run<'a> {
     let program = compile(flavour, "stencil.c", dir);
     let mut job = run(flavour, ranks, &program, dir)
         .args(&["2", "12", "1", "1", "80", "waitall", "none", "sends_first"])
@@ -58,8 +72,6 @@ fn stencil_job_on(ranks: usize, flavour: Flavour, dir: &Path, store: &Path, dela
     for (name, value) in TUNING {
         job = job.env(name, value);
     }
-    let job = job.go();
-    job.assert_success();
     job
 }
 
@@ -201,6 +213,10 @@ fn a_slower_winner_is_dismissed(flavour: Flavour, name: &str) {
     let measured = prediction["measured_us"].as_f64().unwrap();
     assert!(measured > 15_000.0, "pairwise's 20 ms: {second:#}");
     assert_eq!(
+        prediction["trial"]["codelet"], "native",
+        "the entry's runner-up was tried first, and beat pairwise: {second:#}"
+    );
+    assert_eq!(
         second["searches"], 1,
         "searched after the dismissal: {second:#}"
     );
@@ -222,6 +238,65 @@ fn a_slower_predicted_halo_winner_is_searched_again_openmpi() {
 #[test]
 fn a_slower_predicted_halo_winner_is_searched_again_mpich() {
     a_slower_winner_is_dismissed(Mpich, "halo-history-dismissed-mpich");
+}
+
+/// The second run's machine is slower for both codelets: pairwise takes 50 ms where the first
+/// run measured a few (at most 16 on a loaded machine, so that COMMTUNE_PMAX=1 finds the miss),
+/// native 100 ms. Native, the entry's runner-up, tried for a window, does worse than pairwise:
+/// each rank keeps its prediction, searches nothing, and records pairwise's time now.
+fn a_slower_machine_keeps_the_prediction(flavour: Flavour, name: &str) {
+    let dir = scratch(name);
+    let store = dir.join("store");
+    let first = stencil(flavour, &dir, &store, PAIRWISE_WINS);
+    assert_eq!(first["winner"], "pairwise", "{first:#}");
+    let slower = "halo:native=100ms,halo:pairwise=50ms";
+    let second = stencil_run(2, flavour, &dir, &store, slower)
+        .env("COMMTUNE_PMAX", "1")
+        .go();
+    second.assert_success();
+    let report = second.report();
+    let halo = sites(&report)
+        .iter()
+        .find(|s| s["op"] == "halo" && s["tuning"].get("prediction").is_some())
+        .unwrap_or_else(|| panic!("no predicted halo site: {report:#}"))
+        .clone();
+    let t = &halo["tuning"];
+    let prediction = &t["prediction"];
+    assert_eq!(
+        (&prediction["winner"], &prediction["outcome"]),
+        (&"pairwise".into(), &"kept".into()),
+        "{t:#}"
+    );
+    assert!(
+        prediction["measured_us"].as_f64().unwrap() > 40_000.0,
+        "{t:#}"
+    );
+    assert_eq!(prediction["trial"]["codelet"], "native", "{t:#}");
+    assert!(
+        prediction["trial"]["measured_us"].as_f64().unwrap() > 80_000.0,
+        "{t:#}"
+    );
+    assert_eq!(
+        (&t["winner"], &t["searches"], &t["search_instances"]),
+        (&"pairwise".into(), &0.into(), &0.into()),
+        "{t:#}"
+    );
+    let kept = confirmed_entries(&store, "pairwise");
+    assert_eq!(kept.len(), 2, "both ranks recorded it: {kept:#?}");
+    assert!(
+        kept.iter().all(|e| e.realised_us.unwrap() > 40_000.0),
+        "pairwise's time now: {kept:#?}"
+    );
+}
+
+#[test]
+fn a_slower_machine_keeps_the_halo_prediction_openmpi() {
+    a_slower_machine_keeps_the_prediction(OpenMpi, "halo-history-kept-openmpi");
+}
+
+#[test]
+fn a_slower_machine_keeps_the_halo_prediction_mpich() {
+    a_slower_machine_keeps_the_prediction(Mpich, "halo-history-kept-mpich");
 }
 
 /// Pairwise wins the search (native is 10 ms slower), then misses its prediction by 40 ms;

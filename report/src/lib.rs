@@ -35,11 +35,13 @@ pub use text::summary;
 ///   (`tuning.prediction`).
 /// - 6: a prediction's time read from the realised production times the history recorded, with
 ///   the searches' estimate of it (`tuning.prediction.estimate_us`).
+/// - 7: the safety net's trial of an alternative after a predicted winner missed
+///   (`tuning.prediction.trial`), and the outcome `kept`.
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -200,8 +202,11 @@ pub struct TuningData {
 
 /// A key that started in production with the winner the history store predicted, verified by
 /// a window of timed calls (the safety net): the measured time per call, the maximum over
-/// ranks, within COMMTUNE_PMAX of the predicted time confirms it; otherwise the prediction is
-/// dismissed and the key is searched.
+/// ranks, within COMMTUNE_PMAX of the predicted time confirms it. Beyond it, an alternative
+/// runs a window (`trial`, version 7): one that does not do clearly better keeps the
+/// prediction (the machine, not the winner, is slower than when the history measured it);
+/// otherwise, or with no alternative to try, the prediction is dismissed and the key is
+/// searched.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct HistoryPrediction {
     /// How it was predicted: closest (the nearest entry), vote (entries near enough, weighted by
@@ -220,11 +225,23 @@ pub struct HistoryPrediction {
     pub estimate_us: Option<f64>,
     /// COMMTUNE_PMAX: the share by which the measured time may exceed the predicted time.
     pub pmax: f64,
-    /// verifying, confirmed or dismissed (the key was searched).
+    /// verifying, confirmed, kept (missed, but its trial's alternative did no better) or
+    /// dismissed (the key was searched).
     pub outcome: String,
     /// Search instances the prediction saved: the instances the key's search would run at most
     /// (its schedule's size, `commtune_tune::sampling::search_instances`); 0 when dismissed.
     pub saved_instances: u64,
+    /// The alternative the safety net tried after the winner missed, and its measured time per
+    /// call (version 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<PredictionTrial>,
+}
+
+/// What the safety net tried after a predicted winner missed its predicted time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PredictionTrial {
+    pub codelet: String,
+    pub measured_us: f64,
 }
 
 impl HistoryPrediction {
@@ -243,9 +260,16 @@ impl HistoryPrediction {
             || "from search estimates".to_string(),
             |e| format!("from realised production, estimated {}", text::micros(e)),
         );
+        let trial = self.trial.as_ref().map_or_else(String::new, |t| {
+            format!(
+                ", then {} measured {}",
+                t.codelet,
+                text::micros(t.measured_us)
+            )
+        });
         format!(
-            "history predicted {} at {} {basis} ({} of {}), {measured}: {} (COMMTUNE_PMAX={}), \
-             {} search calls saved",
+            "history predicted {} at {} {basis} ({} of {}), {measured}{trial}: {} \
+             (COMMTUNE_PMAX={}), {} search calls saved",
             self.winner,
             text::micros(self.predicted_us),
             self.predictor,

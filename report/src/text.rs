@@ -145,10 +145,11 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         let count = |outcome: &str| predicted.iter().filter(|p| p.outcome == outcome).count();
         let _ = writeln!(
             out,
-            "  history: {} of these calls predicted, {} confirmed, {} dismissed by the safety \
-             net (then searched); {} search calls saved",
+            "  history: {} of these calls predicted, {} confirmed, {} kept after a trial, {} \
+             dismissed by the safety net (then searched); {} search calls saved",
             predicted.len(),
             count("confirmed"),
+            count("kept"),
             count("dismissed"),
             predicted.iter().map(|p| p.saved_instances).sum::<u64>()
         );

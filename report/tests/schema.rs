@@ -2,16 +2,18 @@
 //! (tests/data: version 3 written by the bundled example under the tuner, version 2 the same
 //! run as version 2 wrote it, version 1 as the first format did; version 5 the second run of
 //! tests/programs/tuned_loop.c, predicted from the first's history; version 6 that of
-//! tests/programs/skewed_loop.c, its predicted time from realised production) and one made with every
-//! optional field present, so that a field added to the model and not to the schema fails here
-//! (every object of the schema is closed).
+//! tests/programs/skewed_loop.c, its predicted time from realised production; version 7 that of
+//! tests/predict.rs's slower machine, its predictions kept or dismissed after a trial of native)
+//! and one made with every optional field present, so that a field added to the model and not to
+//! the schema fails here (every object of the schema is closed).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use commtune_report::{
     Aborted, CodeletEstimate, Event, HistoryPrediction, HistorySource, KeyData, Location, Op,
-    RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData, VERSION, merge,
+    PredictionTrial, RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData, VERSION,
+    merge,
 };
 use serde_json::Value;
 
@@ -96,8 +98,12 @@ fn full() -> Report {
             measured_us: Some(5.2),
             estimate_us: Some(4.5),
             pmax: 0.1,
-            outcome: "confirmed".into(),
+            outcome: "kept".into(),
             saved_instances: 24,
+            trial: Some(PredictionTrial {
+                codelet: "native".into(),
+                measured_us: 6.0,
+            }),
         }),
     };
     let key = |op: Op, rank: u32| KeyData {

@@ -130,10 +130,13 @@ impl<C> Codelet<C> {
     }
 }
 
+/// The registry index of every operation's `native`.
+pub const NATIVE: usize = 0;
+
 /// An intercepted collective and its codelets.
 pub trait Operation: Sized + 'static {
     const OP: Op;
-    /// Its codelets; index 0 is `native`.
+    /// Its codelets; index `NATIVE` is `native`.
     fn codelets() -> &'static [Codelet<Self>];
     /// The application's communicator.
     fn comm(&self) -> MPI_Comm;

@@ -40,7 +40,9 @@
 //! A class whose episode the history store recorded for this rank (`history`) starts in
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
 //! first window of production instances is the safety net: within COMMTUNE_PMAX of the
-//! predicted time (`check::prediction_holds`) confirms it, slower dismisses it and searches.
+//! predicted time (`check::prediction_holds`) confirms it; slower, the entry's runner-up (else
+//! native) runs a window, and only one that does clearly better (`check::beaten`) dismisses it
+//! and searches.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -60,6 +62,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 
 use super::agreement;
 use super::history::{self, Decided};
+use commtune_report::PredictionTrial;
 use commtune_tune::check::{self, Drift, Judgement, Lead, Prediction, Span, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
@@ -70,7 +73,10 @@ use crate::codelets;
 use crate::codelets::halo::{CODELETS, NATIVE, NEIGHBOR};
 use crate::keys::{Entry, Measured};
 use crate::sync::lock;
-use crate::tuner::{CONFIRMED, VERIFYING, confirmed_estimate, safety_net_holds, verifying};
+use crate::tuner::{
+    VERIFYING, confirmed_estimate, prediction_stands, safety_net_holds, safety_net_settles,
+    verifying,
+};
 use crate::{clock, runtime};
 
 /// A codelet whose block took more than this many times the leader's leaves the search after
@@ -155,6 +161,8 @@ struct Production {
     /// The search's winner that the self-check replaced with this runner-up (their realised
     /// times are the class's `checked`).
     replaced: Option<usize>,
+    /// What the safety net tries after a predicted winner missed (`safety_net`).
+    alternative: Option<usize>,
     /// Production instances so far (since the trial's switch during a trial).
     instances: u64,
     /// The self-check's window (or its trial's).
@@ -293,14 +301,22 @@ pub fn completed(
             agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(&instance) {
-            // A prediction being verified is production's first window after it.
+            // A prediction being verified is production's first window after it (and its
+            // trial's).
             match verifying(&t.prediction) {
-                Some(predicted_us) => safety_net(t, predicted_us, realised),
+                Some(predicted_us) => safety_net(t, predicted, predicted_us, realised),
                 None => self_check(t, predicted, realised),
             }
         } else if let Some((predicted, realised)) = p.end_unmeasured_trial() {
-            // No evidence against the winner.
-            t.checked = Some((predicted, realised, None, Verdict::Kept));
+            match verifying(&t.prediction) {
+                // The winner missed, and nothing says the machine is to blame.
+                Some(predicted_us) => {
+                    safety_net_settles(&mut t.prediction, None, false);
+                    dismiss(t, predicted_us, realised);
+                }
+                // No evidence against the winner.
+                None => t.checked = Some((predicted, realised, None, Verdict::Kept)),
+            }
         } else if let Some(next) = p.lead_check(&instance, t.timing.unwrap_or(timing)) {
             // The winner is the lead check's now, not a settled runner-up's.
             t.reason = None;
@@ -452,6 +468,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
             settings.block as usize,
             settings.samples,
         ),
+        trial: None,
     });
     let ticks = predicted_us * 1e3 / clock::ns_per_tick();
     let checked = Prediction {
@@ -459,7 +476,22 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
         runner_up: None,
         timing,
     };
-    t.production = Some(Production::new(winner, Some(checked), Lead::default()));
+    let mut production = Production::new(winner, Some(checked), Lead::default());
+    // The entry's runner-up among the codelets that may run here, else native.
+    production.alternative = recorded
+        .estimates
+        .iter()
+        .filter(|e| e.codelet != recorded.winner)
+        .filter_map(|e| {
+            Some((
+                candidates.iter().find(|c| names[c.index] == e.codelet)?,
+                e.us,
+            ))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c.index)
+        .or((winner != NATIVE).then_some(NATIVE));
+    t.production = Some(production);
     t.timeline.push(Mark::Decision {
         call: t.instances,
         winner,
@@ -467,18 +499,54 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
     true
 }
 
-/// The safety net of a class that started from the history's prediction of `predicted_us` per
-/// episode, whose winner realised `realised` ticks per episode in its first window: within
-/// COMMTUNE_PMAX confirms it (production goes on, as after a search its self-check kept);
-/// slower dismisses it, and the class is searched from here.
-fn safety_net(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
-    let measured_us = realised * clock::ns_per_tick() * 1e-3;
-    if safety_net_holds(&mut t.prediction, predicted_us, measured_us) {
+/// The safety net of a class that started from the history's prediction (`predicted`: of
+/// `predicted_us` per episode), whose winner realised `realised` ticks per episode in its first
+/// window: within COMMTUNE_PMAX confirms it (production goes on, as after a search its
+/// self-check kept). Slower, the entry's runner-up (else native) runs the next window, and
+/// this is called again at its end (with `realised` the alternative's): an alternative that
+/// does not do clearly better keeps the prediction (`check::beaten`: the machine is slower
+/// than when the history measured the winner, not the winner alone); one that does, or no
+/// alternative, dismisses it, and the class is searched from here.
+fn safety_net(t: &mut EpisodeTuner, predicted: Prediction, predicted_us: f64, realised: f64) {
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    let Some(p) = &mut t.production else {
         return;
-    }
+    };
+    let winner_realised = match p.trial.take() {
+        None => {
+            if safety_net_holds(&mut t.prediction, predicted_us, us(realised)) {
+                return;
+            }
+            if let Some(alternative) = p.alternative {
+                p.start_trial(alternative, predicted, realised);
+                return;
+            }
+            safety_net_settles(&mut t.prediction, None, false);
+            realised
+        }
+        Some((alternative, winner_realised)) => {
+            let min_gain = runtime::config().halo_tuning.min_gain;
+            let kept = !check::beaten(winner_realised, realised, min_gain);
+            let tried = PredictionTrial {
+                codelet: CODELETS[alternative].name.to_string(),
+                measured_us: us(realised),
+            };
+            safety_net_settles(&mut t.prediction, Some(tried), kept);
+            if kept {
+                return;
+            }
+            winner_realised
+        }
+    };
+    dismiss(t, predicted_us, winner_realised);
+}
+
+/// The safety net dismissed the prediction of `predicted_us` per episode of `t`, whose winner
+/// realised `realised` ticks per episode: the class is searched from here.
+fn dismiss(t: &mut EpisodeTuner, predicted_us: f64, realised: f64) {
     t.timeline.push(Mark::Drift {
         call: t.instances,
-        ratio: measured_us / predicted_us,
+        ratio: realised * clock::ns_per_tick() * 1e-3 / predicted_us,
         reopened: true,
     });
     t.production = None;
@@ -599,6 +667,7 @@ impl Production {
             predicted,
             trial: None,
             replaced: None,
+            alternative: None,
             instances: 0,
             window: Span::default(),
             watched: 0,
@@ -870,7 +939,7 @@ fn decision(class: &Class) -> Option<Decided> {
     let confirmed = t
         .prediction
         .as_ref()
-        .filter(|h| h.outcome == CONFIRMED && t.searches == 0);
+        .filter(|h| prediction_stands(h) && t.searches == 0);
     let (estimates, realised_us, how) = match (confirmed, &t.decided) {
         (Some(h), _) => (
             vec![commtune_report::CodeletEstimate {
@@ -925,7 +994,7 @@ fn decision(class: &Class) -> Option<Decided> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::DISMISSED;
+    use crate::tuner::{DISMISSED, KEPT};
 
     /// A class of the communicator handles `comms` in the table, in production with `winner`.
     fn tuned(id: u64, comms: Vec<usize>, winner: usize) -> Arc<Class> {
@@ -967,7 +1036,7 @@ mod tests {
     }
 
     /// A class (not in the tables) that the history predicted to run `pairwise` at 100 µs per
-    /// episode, in production with it, its safety net to come.
+    /// episode, in production with it, its safety net to come, which tries native after a miss.
     fn predicted() -> Class {
         let class = untuned();
         let pairwise = crate::codelets::halo::PAIRWISE;
@@ -983,10 +1052,22 @@ mod tests {
                 pmax: 0.1,
                 outcome: VERIFYING.into(),
                 saved_instances: 8,
+                trial: None,
             });
-            t.production = Some(Production::new(pairwise, None, Lead::default()));
+            let mut production = Production::new(pairwise, None, Lead::default());
+            production.alternative = Some(NATIVE);
+            t.production = Some(production);
         }
         class
+    }
+
+    /// What the safety net of `predicted` checks: 100 µs per episode.
+    fn predicted_time() -> Prediction {
+        Prediction {
+            winner: ticks(100.0),
+            runner_up: None,
+            timing: Timing::Period,
+        }
     }
 
     /// Clock ticks of `us` microseconds.
@@ -999,9 +1080,9 @@ mod tests {
         let class = predicted();
         assert!(decision(&class).is_none(), "not recorded while verifying");
         let mut t = lock(&class.tuner);
-        safety_net(&mut t, 100.0, ticks(105.0));
+        safety_net(&mut t, predicted_time(), 100.0, ticks(105.0));
         let prediction = t.prediction.clone().unwrap();
-        assert_eq!(prediction.outcome, CONFIRMED);
+        assert_eq!(prediction.outcome, "confirmed");
         assert_eq!(prediction.saved_instances, 8);
         assert!((prediction.measured_us.unwrap() - 105.0).abs() < 1e-6);
         assert!(t.production.is_some() && t.search.is_none());
@@ -1015,15 +1096,70 @@ mod tests {
     }
 
     #[test]
-    fn a_prediction_beyond_pmax_is_dismissed_and_searched() {
+    fn a_prediction_beyond_pmax_with_no_alternative_is_dismissed_and_searched() {
         let class = predicted();
         let mut t = lock(&class.tuner);
-        safety_net(&mut t, 100.0, ticks(150.0));
+        t.production.as_mut().unwrap().alternative = None;
+        safety_net(&mut t, predicted_time(), 100.0, ticks(150.0));
         let prediction = t.prediction.clone().unwrap();
         assert_eq!(prediction.outcome, DISMISSED);
         assert_eq!(prediction.saved_instances, 0);
         assert!(t.production.is_none() && t.search.is_some());
         assert_eq!(t.searches, 1);
+        drop(t);
+        assert!(decision(&class).is_none(), "searching: nothing decided yet");
+    }
+
+    /// The prediction of `predicted` missed (150 µs against 100); its trial of native measured
+    /// `native_us`.
+    fn tried(native_us: f64) -> Class {
+        let class = predicted();
+        let mut t = lock(&class.tuner);
+        safety_net(&mut t, predicted_time(), 100.0, ticks(150.0));
+        assert_eq!(verifying(&t.prediction), Some(100.0), "verifying still");
+        assert_eq!(t.production.as_ref().map(Production::running), Some(NATIVE));
+        safety_net(&mut t, predicted_time(), 100.0, ticks(native_us));
+        drop(t);
+        class
+    }
+
+    #[test]
+    fn a_missed_prediction_that_native_does_not_beat_is_kept() {
+        let class = tried(160.0);
+        let t = lock(&class.tuner);
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, KEPT);
+        assert_eq!(prediction.saved_instances, 8);
+        let trial = prediction.trial.expect("the trial is reported");
+        assert_eq!(trial.codelet, "native");
+        assert!((trial.measured_us - 160.0).abs() < 1e-6);
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        assert_eq!(
+            t.production.as_ref().map(Production::running),
+            Some(pairwise)
+        );
+        assert!(t.search.is_none());
+        drop(t);
+        let d = decision(&class).expect("a kept prediction is recorded");
+        assert_eq!((d.how, d.winner), (How::PredictionConfirmed, "pairwise"));
+        assert!(
+            (d.realised_us.unwrap() - 150.0).abs() < 1e-6,
+            "its time now"
+        );
+    }
+
+    #[test]
+    fn a_missed_prediction_that_native_beats_is_dismissed_and_searched() {
+        let class = tried(100.0);
+        let t = lock(&class.tuner);
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, DISMISSED);
+        assert_eq!(prediction.saved_instances, 0);
+        assert_eq!(
+            prediction.trial.map(|t| t.codelet).as_deref(),
+            Some("native")
+        );
+        assert!(t.production.is_none() && t.search.is_some());
         drop(t);
         assert!(decision(&class).is_none(), "searching: nothing decided yet");
     }

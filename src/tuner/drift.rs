@@ -1,5 +1,6 @@
 //! Checks of keys in production. The first after a prediction from the history is the safety
-//! net: the predicted winner's measured time against the predicted time. The first after a
+//! net: the predicted winner's measured time against the predicted time, and after a miss a
+//! trial of `native`, which only keeps the prediction if it does no better. The first after a
 //! search's decision is the self-check: the winner's realised time against what the search
 //! predicted, timed as the search timed and reduced over ranks alike; a decision it finds clearly
 //! wrong reopens the search once with the other timing, and a second wrong one keeps the
@@ -7,14 +8,15 @@
 //! of the window before each check against the first window's, reduced over ranks; a search
 //! reopens after strikes in a row.
 
+use commtune_report::PredictionTrial;
 use commtune_tune::check::{self, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
 
 use super::state::{
-    CONFIRMED, CommTunerState, DISMISSED, Phase, Production, Trial, TunerState, safety_net_holds,
-    verifying,
+    CONFIRMED, CommTunerState, DISMISSED, KEPT, Phase, Production, Trial, Trialled, TunerState,
+    safety_net_holds, safety_net_settles, verifying,
 };
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
@@ -34,23 +36,26 @@ pub(super) fn drift_check<C: Operation>(
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
     if let Some(trial) = p.trial {
-        let realised = check::realised(
-            trial.predicted.timing,
-            p.window_start,
-            &p.window,
-            clock::now(),
-        );
-        let realised = consensus::realised(&comm.private?, realised).ok()?;
-        return trial_check(at, comm, key, trial, realised);
+        let realised = check::realised(trial.timing(), p.window_start, &p.window, clock::now());
+        return match trial.of {
+            Trialled::Decision(predicted) => {
+                let realised = consensus::realised(&comm.private?, realised).ok()?;
+                trial_check(at, comm, key, trial, predicted, realised)
+            }
+            Trialled::Prediction { predicted_us, .. } => {
+                let measured_us = agreed_us(comm, realised)?;
+                safety_net_trial(at, comm, key, trial, predicted_us, measured_us)
+            }
+        };
     }
     if p.drift.baseline.is_none()
         && let Some(predicted_us) = verifying(&key.prediction)
     {
         let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
-        let us = ticks * clock::ns_per_tick() * 1e-3;
-        let measured_us = consensus::realised(&comm.private?, us).ok()?;
-        if let Some(step) = safety_net(at, comm, key, predicted_us, measured_us) {
-            return Some(step);
+        let measured_us = agreed_us(comm, ticks)?;
+        let verdict = safety_net(at, comm, key, predicted_us, measured_us);
+        if verdict.is_some() || matches!(&key.phase, Phase::Production(p) if p.trial.is_some()) {
+            return verdict;
         }
     }
     let Phase::Production(p) = &mut key.phase else {
@@ -71,7 +76,20 @@ pub(super) fn drift_check<C: Operation>(
         };
         match judgement {
             Judgement::Trial(runner_up) => {
-                start_trial(at, key, runner_up, predicted, realised);
+                let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+                trace(at.entry, || {
+                    format!(
+                        "self-check: predicted {:.0} us, realised {:.0} us",
+                        us(predicted.winner),
+                        us(realised)
+                    )
+                });
+                let trial = Trial {
+                    codelet: runner_up,
+                    winner_realised: realised,
+                    of: Trialled::Decision(predicted),
+                };
+                start_trial(at, key, trial);
                 return None;
             }
             Judgement::Verdict(verdict) => {
@@ -126,10 +144,17 @@ fn search_again<C: Operation>(
     start_search(at, comm, key, candidates).then(|| search_step(at, comm, key))
 }
 
+/// `ticks` per call on this rank as microseconds, agreed (the maximum over ranks): what the
+/// safety net compares with a predicted time, which every rank shares.
+fn agreed_us(comm: &CommTunerState, ticks: f64) -> Option<f64> {
+    consensus::realised(&comm.private?, ticks * clock::ns_per_tick() * 1e-3).ok()
+}
+
 /// The safety net of a key that started from the history's prediction: its winner's measured
 /// time per call (agreed: the maximum over ranks) within COMMTUNE_PMAX of the predicted time
-/// confirms the prediction; otherwise it is dismissed and the key is searched (returns the
-/// search step).
+/// confirms the prediction. Slower, `native` runs the next window (`safety_net_trial`), or with
+/// `native` the winner the prediction is dismissed and the key is searched (returns the search
+/// step).
 fn safety_net<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -137,7 +162,7 @@ fn safety_net<C: Operation>(
     predicted_us: f64,
     measured_us: f64,
 ) -> Option<Step> {
-    let Phase::Production(p) = &key.phase else {
+    let Phase::Production(p) = &mut key.phase else {
         return None;
     };
     let winner = p.winner;
@@ -146,19 +171,85 @@ fn safety_net<C: Operation>(
         format!(
             "safety net of {}: predicted {predicted_us:.1} us, measured {measured_us:.1} us: {}",
             codelets::names(at.entry.op)[winner],
-            if confirmed { CONFIRMED } else { DISMISSED }
+            if confirmed { CONFIRMED } else { "missed" }
         )
     });
     if confirmed {
-        if let Phase::Production(p) = &mut key.phase {
-            p.realised_us = Some(measured_us);
-        }
+        p.realised_us = Some(measured_us);
         knowledge::learn(at.entry, key);
         return None;
     }
+    if winner != codelets::NATIVE {
+        let trial = Trial {
+            codelet: codelets::NATIVE,
+            winner_realised: measured_us,
+            of: Trialled::Prediction {
+                timing: key.timing(),
+                predicted_us,
+            },
+        };
+        start_trial(at, key, trial);
+        return None;
+    }
+    safety_net_settles(&mut key.prediction, None, false);
+    dismissed(at, comm, key, measured_us / predicted_us)
+}
+
+/// The safety net's trial of `native` after the predicted winner missed `predicted_us`, which
+/// measured `measured_us` per call (agreed): a `native` that does not do clearly better keeps
+/// the prediction (the machine is slower than when the history measured the winner, not the
+/// winner alone); otherwise it is dismissed and the key is searched (returns the search step).
+fn safety_net_trial<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    trial: Trial,
+    predicted_us: f64,
+    measured_us: f64,
+) -> Option<Step> {
+    let Phase::Production(p) = &mut key.phase else {
+        return None;
+    };
+    end_trial(at, p);
+    let kept = !check::beaten(
+        trial.winner_realised,
+        measured_us,
+        runtime::config().tuning.min_gain,
+    );
+    let names = codelets::names(at.entry.op);
+    trace(at.entry, || {
+        format!(
+            "safety net's trial of {}: measured {measured_us:.1} us against the winner's \
+             {:.1} us: {}",
+            names[trial.codelet],
+            trial.winner_realised,
+            if kept { KEPT } else { DISMISSED }
+        )
+    });
+    let tried = PredictionTrial {
+        codelet: names[trial.codelet].to_string(),
+        measured_us,
+    };
+    safety_net_settles(&mut key.prediction, Some(tried), kept);
+    if kept {
+        p.realised_us = Some(trial.winner_realised);
+        knowledge::learn(at.entry, key);
+        return None;
+    }
+    dismissed(at, comm, key, trial.winner_realised / predicted_us)
+}
+
+/// The safety net dismissed the key's prediction, whose winner measured `ratio` times the
+/// predicted time: the key is searched from here (returns the search step).
+fn dismissed<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    ratio: f64,
+) -> Option<Step> {
     key.timeline.push(Mark::Drift {
         call: at.k,
-        ratio: measured_us / predicted_us,
+        ratio,
         reopened: true,
     });
     search_again(at, comm, key)
@@ -174,41 +265,38 @@ fn drift_ratio(p: &mut Production) -> f64 {
     p.drift.ratio(median)
 }
 
-/// The winner missed its prediction: its runner-up runs the next window of production calls,
-/// measured as the winner's was, before the decision is judged (`trial_check`). The trial
-/// replaces the search's estimate of the runner-up, which shares whatever made the winner's
-/// miss (a barrier before every sample hides the skew production calls wait for).
-fn start_trial<C: Operation>(
-    at: &SlowCall<C>,
-    key: &mut TunerState,
-    runner_up: usize,
-    predicted: Prediction,
-    realised: f64,
-) {
+/// The winner missed what was predicted: `trial`'s codelet runs the next window of production
+/// calls, measured as the winner's was, before the decision is judged (`trial_check` after a
+/// search: the trial replaces the search's estimate of the runner-up, which shares whatever
+/// made the winner's miss, as a barrier before every sample hides the skew production calls
+/// wait for; `safety_net_trial` after a prediction).
+fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Trial) {
     let Phase::Production(p) = &mut key.phase else {
         return;
     };
-    p.trial = Some(Trial {
-        runner_up,
-        winner_realised: realised,
-        predicted,
-    });
+    p.trial = Some(trial);
     p.predicted = None;
     p.window.clear();
     p.window_start = None;
     let check_at = at.k + check::first_check(runtime::config().tuning.drift_interval);
-    at.tuner.run(runner_up, check_at);
+    at.tuner.run(trial.codelet, check_at);
     let names = codelets::names(at.entry.op);
-    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     trace(at.entry, || {
         format!(
-            "self-check of {}: predicted {:.0} us, realised {:.0} us: {} on trial",
-            names[p.winner],
-            us(predicted.winner),
-            us(realised),
-            names[runner_up]
+            "{} missed its prediction: {} on trial",
+            names[p.winner], names[trial.codelet]
         )
     });
+}
+
+/// Ends the trial of `p`: production goes back to the winner, with a drift check a whole
+/// interval later.
+fn end_trial<C: Operation>(at: &SlowCall<C>, p: &mut Production) {
+    p.trial = None;
+    p.window.clear();
+    p.window_start = None;
+    at.tuner
+        .run(p.winner, at.k + runtime::config().tuning.drift_interval);
 }
 
 /// Judges the decision after its runner-up's trial realised `realised` (agreed ticks per call);
@@ -219,20 +307,17 @@ fn trial_check<C: Operation>(
     comm: &mut CommTunerState,
     key: &mut TunerState,
     trial: Trial,
+    predicted: Prediction,
     realised: f64,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    p.trial = None;
-    p.window.clear();
-    p.window_start = None;
-    let settings = runtime::config().tuning;
-    let predicted = trial.predicted;
+    end_trial(at, p);
     let verdict = predicted.judge_trial(
         trial.winner_realised,
         realised,
-        settings.min_gain,
+        runtime::config().tuning.min_gain,
         key.wrong,
     );
     let names = codelets::names(at.entry.op);
@@ -240,13 +325,12 @@ fn trial_check<C: Operation>(
     trace(at.entry, || {
         format!(
             "trial of {}: realised {:.0} us against the winner's {:.0} us: {}",
-            names[trial.runner_up],
+            names[trial.codelet],
             realised * ns_per_tick * 1e-3,
             trial.winner_realised * ns_per_tick * 1e-3,
             verdict.name()
         )
     });
-    at.tuner.run(p.winner, at.k + settings.drift_interval);
     judged(
         at,
         comm,

@@ -43,13 +43,13 @@ use crate::{clock, runtime};
 
 use self::drift::drift_check;
 use self::search::{checkpoint, end_stalled_search, search_step};
-#[cfg(test)]
-pub use self::state::DISMISSED;
-pub use self::state::{
-    CONFIRMED, Decision, VERIFYING, confirmed_estimate, forget as comm_freed, safety_net_holds,
-    verifying,
-};
 use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
+#[cfg(test)]
+pub use self::state::{DISMISSED, KEPT};
+pub use self::state::{
+    Decision, VERIFYING, confirmed_estimate, forget as comm_freed, prediction_stands,
+    safety_net_holds, safety_net_settles, verifying,
+};
 
 /// What to run for one call and how to measure it.
 struct Step {
@@ -86,7 +86,7 @@ impl Measure {
 impl Step {
     fn native(measure: Measure) -> Step {
         Step {
-            codelet: 0,
+            codelet: codelets::NATIVE,
             barrier: None,
             measure,
         }

@@ -220,6 +220,7 @@ fn start_predicted<C: Operation>(
         pmax: config.pmax,
         outcome: VERIFYING.to_string(),
         saved_instances: instances,
+        trial: None,
     });
     trace(at.entry, || {
         format!(

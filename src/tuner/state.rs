@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 use commtune_history::How;
 use commtune_report::TuningData;
-use commtune_report::{HistoryPrediction, SelfCheck};
+use commtune_report::{HistoryPrediction, PredictionTrial, SelfCheck};
 use commtune_tune::check::{self, Drift, Prediction};
 use commtune_tune::checkpoints::{Found, Spacing};
 use commtune_tune::report::{
@@ -361,7 +361,7 @@ impl TunerState {
             let estimates = plan.estimates.iter().map(|(i, a)| (*i, us(a))).collect();
             return Some(decision(estimates, How::Search));
         }
-        let confirmed = key.prediction.as_ref().filter(|h| h.outcome == CONFIRMED)?;
+        let confirmed = key.prediction.as_ref().filter(|h| prediction_stands(h))?;
         let estimate = Agreed {
             location: confirmed_estimate(confirmed),
             error: 0.0,
@@ -399,9 +399,9 @@ pub fn confirmed_estimate(prediction: &HistoryPrediction) -> f64 {
     prediction.estimate_us.unwrap_or(prediction.predicted_us)
 }
 
-/// The safety net (collective keys and halo classes alike): whether the predicted winner's
-/// `measured_us` per call holds `predicted_us` within COMMTUNE_PMAX, recorded in the report's
-/// `prediction` (a dismissed one saved no search).
+/// The safety net's first look (collective keys and halo classes alike): whether the predicted
+/// winner's `measured_us` per call holds `predicted_us` within COMMTUNE_PMAX, recorded in the
+/// report's `prediction` (confirmed). A miss stays verifying until `safety_net_settles`.
 pub fn safety_net_holds(
     prediction: &mut Option<HistoryPrediction>,
     predicted_us: f64,
@@ -410,12 +410,34 @@ pub fn safety_net_holds(
     let confirmed = check::prediction_holds(predicted_us, measured_us, runtime::config().pmax);
     if let Some(prediction) = prediction {
         prediction.measured_us = Some(measured_us);
-        prediction.outcome = if confirmed { CONFIRMED } else { DISMISSED }.to_string();
-        if !confirmed {
-            prediction.saved_instances = 0;
+        if confirmed {
+            prediction.outcome = CONFIRMED.to_string();
         }
     }
     confirmed
+}
+
+/// The safety net's verdict on a prediction whose winner missed (`safety_net_holds`), after the
+/// `trial` of an alternative (`check::beaten`) or without one: `kept`, or dismissed (it saved
+/// no search then).
+pub fn safety_net_settles(
+    prediction: &mut Option<HistoryPrediction>,
+    trial: Option<PredictionTrial>,
+    kept: bool,
+) {
+    if let Some(prediction) = prediction {
+        prediction.trial = trial;
+        prediction.outcome = if kept { KEPT } else { DISMISSED }.to_string();
+        if !kept {
+            prediction.saved_instances = 0;
+        }
+    }
+}
+
+/// Whether the safety net let `prediction` stand (confirmed, or kept after a trial): its
+/// winner is the decision the history records, and what the run learns.
+pub fn prediction_stands(prediction: &HistoryPrediction) -> bool {
+    prediction.outcome == CONFIRMED || prediction.outcome == KEPT
 }
 
 /// The predicted time per call (µs) of a key's or a halo class's `prediction` that its safety
@@ -428,6 +450,7 @@ pub fn verifying(prediction: &Option<HistoryPrediction>) -> Option<f64> {
 /// `HistoryPrediction::outcome`s.
 pub const VERIFYING: &str = "verifying";
 pub const CONFIRMED: &str = "confirmed";
+pub const KEPT: &str = "kept";
 pub const DISMISSED: &str = "dismissed";
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
@@ -496,18 +519,41 @@ pub struct Production {
     /// and its realised time per call (microseconds, agreed): the history records the search's
     /// decision as production corrected it (`commtune_history::Replaced`).
     pub replaced: Option<(usize, f64)>,
-    /// The runner-up on trial, after the winner missed its prediction.
+    /// The codelet on trial, after the winner missed its prediction.
     pub trial: Option<Trial>,
 }
 
-/// A runner-up on trial: the winner missed what its search predicted, so the runner-up runs a
-/// window of production calls before the self-check judges the decision (`drift`).
+/// A codelet on trial: the winner missed what was predicted, so another codelet runs a window
+/// of production calls before the decision is judged (`drift`).
 #[derive(Clone, Copy, Debug)]
 pub struct Trial {
-    pub runner_up: usize,
-    /// The winner's realised time per call (agreed, clock ticks), and what the search predicted.
+    pub codelet: usize,
+    /// The winner's realised time per call, agreed: clock ticks after a search (its estimates'
+    /// unit), microseconds after a history prediction (its predicted time's, which every rank
+    /// shares while clock ticks differ a little between ranks).
     pub winner_realised: f64,
-    pub predicted: Prediction,
+    pub of: Trialled,
+}
+
+/// What a trial checks.
+#[derive(Clone, Copy, Debug)]
+pub enum Trialled {
+    /// A search's decision, with what the search predicted (the self-check): the runner-up
+    /// runs.
+    Decision(Prediction),
+    /// A prediction from the history of `predicted_us` per call (the safety net): `native`
+    /// runs, its window timed with `timing`.
+    Prediction { timing: Timing, predicted_us: f64 },
+}
+
+impl Trial {
+    /// How the trial's window is timed.
+    pub fn timing(&self) -> Timing {
+        match self.of {
+            Trialled::Decision(predicted) => predicted.timing,
+            Trialled::Prediction { timing, .. } => timing,
+        }
+    }
 }
 
 impl Production {
@@ -526,6 +572,6 @@ impl Production {
 
     /// The codelet production runs: the winner, or the runner-up on trial.
     pub fn running(&self) -> usize {
-        self.trial.map_or(self.winner, |t| t.runner_up)
+        self.trial.map_or(self.winner, |t| t.codelet)
     }
 }
