@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replays a rank's halo tuning over per-exchange times of each codelet forced alone.
 
-    bench/halo-lead.py [DIR] [--runs N] [--exchanges N]
+    bench/halo-lead.py [DIR] [--runs N] [--exchanges N] [--block N]
 
 DIR holds CODELET.REP files, one time per exchange in microseconds (rank 0 of `bench/loop.c
 halo BYTES CALLS` run with LOOP_EPISODES=DIR/CODELET.REP and COMMTUNE_FORCE=halo=CODELET; the
@@ -9,8 +9,10 @@ default, bench/data/halo-rig-64k, is 64 KiB faces on `scripts/cluster up --hosts
 2000 exchanges, two runs per codelet). Each replayed run draws every exchange at random from the
 codelet's times (both runs pooled, the first 20 exchanges of each left out) and does what the
 library's halo tuner does with the default knobs: native until do no harm lets the search start
-(exchange 80), two rounds of blocks of 8 (the first of each not measured) over the five codelets,
-the winner by the least mean, the self-check (a window of 16 after one unmeasured exchange: a
+(twice its first round: exchange 40), two rounds of blocks of 4 (--block; the first of each not measured)
+over the five codelets, the winner by the least estimate, each codelet's median plus the mean
+excess over their medians of the episodes of every codelet that bursts (all but `pairwise`,
+`Sampler::estimates_sharing_tails`; "own tails": each codelet's mean), the self-check (a window of 16 after one unmeasured exchange: a
 winner more than 25 % over its estimate and slower than the runner-up's puts the runner-up on
 trial for a window; a runner-up faster by the minimum gain replaces it), then, with lead checks,
 a window of 32 of the winner after which the codelet with the least latest time runs if it is
@@ -42,7 +44,26 @@ def load(directory):
     return times
 
 
-def replay(times, exchanges, lead, rng, wait=80, rounds=2, block=8, window=16, lead_window=32):
+def estimates(episodes, shared):
+    """Each codelet's estimate from its measured episodes: its mean, or with `shared` tails its
+    median plus the mean excess of the episodes of its kind (bursting or not) over their own
+    codelets' medians."""
+    if not shared:
+        return {c: statistics.mean(e) for c, e in episodes.items() if e}
+    median = {c: statistics.median(e) for c, e in episodes.items() if e}
+    estimate = {}
+    for kind in ({"pairwise"}, set(CODELETS) - {"pairwise"}):
+        excess = [x - median[c] for c in kind if c in median for x in episodes[c]]
+        tail = statistics.mean(excess) if excess else 0.0
+        estimate.update({c: median[c] + tail for c in kind if c in median})
+    return estimate
+
+
+def mean_of(episodes):
+    return statistics.mean(episodes) if episodes else None
+
+
+def replay(times, exchanges, lead, shared, rng, rounds=2, block=4, window=16, lead_window=32):
     clock = 0.0
     done = 0
 
@@ -52,31 +73,30 @@ def replay(times, exchanges, lead, rng, wait=80, rounds=2, block=8, window=16, l
         drawn = [rng.choice(times[codelet]) for _ in range(count)]
         clock += sum(drawn)
         done += count
-        return statistics.mean(drawn[1:]) if count > 1 else None
+        return drawn[1:]
 
-    run("native", wait)
-    samples = {c: [] for c in CODELETS}
+    run("native", 2 * len(CODELETS) * block)
+    episodes = {c: [] for c in CODELETS}
     for _ in range(rounds):
         for codelet in CODELETS:
-            sample = run(codelet, block)
-            if sample is not None:
-                samples[codelet].append(sample)
-    estimate = {c: statistics.mean(s) for c, s in samples.items() if s}
+            episodes[codelet] += run(codelet, block)
+    estimate = estimates(episodes, shared)
+    chosen = min(estimate, key=estimate.get)
     ranked = sorted(estimate, key=estimate.get)
     winner, runner_up = ranked[0], ranked[1]
     latest = dict(estimate)
-    realised = run(winner, window + 1)
+    realised = mean_of(run(winner, window + 1))
     if realised is not None:
         latest[winner] = realised
         if realised > estimate[winner] * (1 + MARGIN) and realised > estimate[runner_up] * (1 + MIN_GAIN):
-            trial = run(runner_up, window + 1)
+            trial = mean_of(run(runner_up, window + 1))
             if trial is not None:
                 latest[runner_up] = trial
                 if trial < realised * (1 - MIN_GAIN):
                     winner = runner_up
     switched = True
     while lead and done < exchanges:
-        realised = run(winner, lead_window + 1 if switched else lead_window)
+        realised = mean_of(run(winner, lead_window + 1 if switched else lead_window))
         if realised is None:
             break
         latest[winner] = realised
@@ -85,7 +105,7 @@ def replay(times, exchanges, lead, rng, wait=80, rounds=2, block=8, window=16, l
         if ahead:
             winner = min(ahead, key=latest.get)
     run(winner, exchanges - done)
-    return clock / exchanges
+    return clock / exchanges, chosen
 
 
 def main():
@@ -94,15 +114,24 @@ def main():
     parser.add_argument("dir", nargs="?", default=os.path.join(here, "data", "halo-rig-64k"))
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--exchanges", type=int, default=2000)
+    parser.add_argument("--block", type=int, default=4, help="COMMTUNE_HALO_BLOCK")
     args = parser.parse_args()
     times = load(args.dir)
     best = min(statistics.mean(t) for t in times.values())
     print("mean us per exchange: " + ", ".join(f"{c} {statistics.mean(times[c]):.0f}" for c in CODELETS))
     rng = random.Random(1)
-    for name, lead in [("self-check alone", False), ("with lead checks", True)]:
-        runs = sorted(replay(times, args.exchanges, lead, rng) / best for _ in range(args.runs))
+    variants = [
+        ("own tails, self-check alone", False, False),
+        ("own tails, with lead checks", True, False),
+        ("shared tails, with lead checks (the library)", True, True),
+    ]
+    for name, lead, shared in variants:
+        replays = [replay(times, args.exchanges, lead, shared, rng, block=args.block) for _ in range(args.runs)]
+        runs = sorted(r / best for r, _ in replays)
         p90 = runs[int(0.9 * len(runs))]
-        print(f"{name}: {statistics.mean(runs):.3f} of the best on average, {p90:.3f} at the 90th percentile")
+        chose = sum(chosen == "pairwise" for _, chosen in replays) / len(replays)
+        print(f"{name}: {statistics.mean(runs):.3f} of the best on average, {p90:.3f} at the 90th "
+              f"percentile; the search chose pairwise in {100 * chose:.0f} %")
 
 
 if __name__ == "__main__":

@@ -319,7 +319,7 @@ fn tuned_halo_site(name: &str, np: usize, args: &str) -> Value {
     halo_site(&job.report()).clone()
 }
 
-/// Do no harm: a halo search costs its first round, five codelets in blocks of 8, 40 exchanges,
+/// Do no harm: a halo search costs its first round, five codelets in blocks of 4, 20 exchanges,
 /// and after at most 30 exchanges about as many are expected to come, fewer than twice that: the
 /// exchange stays native.
 #[test]

@@ -831,7 +831,9 @@ impl Search {
                     return None;
                 }
                 Turn::RoundEnd => {
-                    let estimates = self.sampler.estimates(settings.filter);
+                    let estimates = self
+                        .sampler
+                        .estimates_sharing_tails(settings.filter, |c| CODELETS[c].bursts);
                     let next = self
                         .sampler
                         .after_round(&estimates, false, settings.min_gain);

@@ -343,7 +343,8 @@ pub const LEAD_WINDOWS: u64 = 2;
 /// Replayed over per-episode times of each codelet forced alone on the rig (64 KiB faces, 2000
 /// exchanges, LD_PRELOAD.md), runs that follow the leader every 32 episodes after the self-check
 /// took 1.07 times `pairwise`'s time, the best, on average (1.10 at the 90th percentile); with
-/// the self-check alone, 1.29 (1.75) (`bench/halo-lead.py`).
+/// the self-check alone, 1.29 (1.75) (`bench/halo-lead.py --block 8`, each codelet's own tails,
+/// as searches had them then).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lead {
     latest: Vec<(usize, f64)>,

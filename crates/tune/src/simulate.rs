@@ -47,7 +47,7 @@ use crate::checkpoints::{self, Found, Spacing};
 use crate::policy::{Agreed, Candidate, Next, Plan, Search};
 use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
-use crate::stats::Filter;
+use crate::stats::{Filter, STALL};
 use crate::trace::{Kind, Record, Trace};
 
 /// Instances after a switch that the switch affects, each drawn in its place: the first pays
@@ -55,14 +55,6 @@ use crate::trace::{Kind, Record, Trace};
 /// tests/data), the second is off by up to 16 % either way (a slow first instance lined the ranks
 /// up), the third is within 10 % of the steady median.
 pub const SETTLE: usize = 2;
-
-/// An instance longer than this many times its codelet's median steady period is a stall of the
-/// machine (both ranks of a 100 us call preempted for 7 ms, or for 1.4 s, by other jobs of the
-/// shared machine), not a cost of the codelet: left out of the model, and counted. Drawn into a
-/// replay, it would weigh on whichever codelet happened to run then (one 7 ms stall among 100
-/// instances adds 60 % to a 116 us codelet's mean). The network's own effects stay: the largest in
-/// tests/data is about 20 times the median (64 KiB at 1 Gbit/s, when the shaper's bucket is full).
-pub const STALL: f64 = 50.0;
 
 /// An instance longer than this many times its codelet's median steady period (and not a stall)
 /// was disturbed by the machine rather than slowed by its codelet: a preemption of a rank, the

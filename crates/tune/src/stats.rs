@@ -140,6 +140,49 @@ fn robust(xs: &[f64], nu: f64) -> Estimate {
     }
 }
 
+/// An instance longer than this many times its codelet's median stalled for the machine (both
+/// ranks of a 100 us call preempted for 7 ms, or for 1.4 s, by other jobs of a shared machine),
+/// not for the codelet nor for what it sends: on the 1 Gbit/s rig the network's own stalls reach
+/// about 20 times the median (64 KiB, when the shaper's bucket is full).
+pub const STALL: f64 = 50.0;
+
+/// The typical time of each of `codelets` when the codelets of one kind (`kind`: true or false)
+/// share their tails: its median in `instances`, plus the mean excess over their own medians of
+/// all the measured instances of the codelets of its kind (instances beyond `STALL` times their
+/// codelet's median left out). None for a codelet with no instance. A codelet alone of its kind
+/// gets its mean.
+pub fn shared_tails(
+    instances: &Samples,
+    codelets: &[usize],
+    kind: impl Fn(usize) -> bool,
+) -> Vec<Option<f64>> {
+    let of = |codelet: usize| {
+        instances
+            .0
+            .iter()
+            .find(|(c, _)| *c == codelet)
+            .map_or(&[][..], |(_, v)| v.as_slice())
+    };
+    let median = |xs: &[f64]| (!xs.is_empty()).then(|| quantile(&sorted(xs), 0.5));
+    let excess = |wanted: bool| {
+        let (mut sum, mut count) = (0.0, 0usize);
+        for &c in codelets.iter().filter(|&&c| kind(c) == wanted) {
+            let xs = of(c);
+            let Some(m) = median(xs) else { continue };
+            for &x in xs.iter().filter(|&&x| x <= STALL * m) {
+                sum += x - m;
+                count += 1;
+            }
+        }
+        if count == 0 { 0.0 } else { sum / count as f64 }
+    };
+    let tails = [excess(false), excess(true)];
+    codelets
+        .iter()
+        .map(|&c| Some(median(of(c))? + tails[usize::from(kind(c))]))
+        .collect()
+}
+
 /// One rank's samples of each codelet of a search (by registry index).
 #[derive(Default, Debug)]
 pub struct Samples(Vec<(usize, Vec<f64>)>);
@@ -327,5 +370,29 @@ mod tests {
         assert_eq!(samples.estimate(filter, 1), Agreed::default());
         samples.retain(|c| c != 2);
         assert_eq!(samples.estimate(filter, 2), Agreed::default());
+    }
+
+    #[test]
+    fn codelets_of_a_kind_share_their_tails() {
+        let mut instances = Samples::default();
+        // 0 and 1 burst, and 0's instances showed a stall; 2 is paced.
+        instances.of(0).extend([2.0, 2.0, 2.0, 22.0]);
+        instances.of(1).extend([1.5, 1.5, 1.5, 1.5]);
+        instances.of(2).extend([2.1, 2.1, 2.1, 2.5]);
+        let shared = shared_tails(&instances, &[0, 1, 2, 3], |c| c != 2);
+        // The bursts' excess, 20 over 8 instances, goes to each of them; 2 alone keeps its
+        // mean; 3 has no instance.
+        assert_eq!(shared, [Some(4.5), Some(4.0), Some(2.2), None]);
+    }
+
+    #[test]
+    fn a_stall_of_the_machine_is_no_kind_s_tail() {
+        let mut instances = Samples::default();
+        instances.of(0).extend([1.0, 1.0, 1.0, 1.0 + STALL]);
+        instances.of(1).extend([3.0, 3.0, 3.0, 3.0]);
+        assert_eq!(
+            shared_tails(&instances, &[0, 1], |_| true),
+            [Some(1.0), Some(3.0)]
+        );
     }
 }

@@ -13,6 +13,7 @@ use crate::mpi::{self, MPI_Request, PointToPoint, PointToPointKind};
 pub const CODELET: HaloCodelet = HaloCodelet {
     name: "irecv_first",
     requires: &[EpisodeSeenBefore, EveryCallVisible, RealPeer, IntCount],
+    bursts: true,
 };
 
 /// Posts `call`, with `outstanding` whether the episode is predicted to post more receives

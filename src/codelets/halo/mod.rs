@@ -94,6 +94,11 @@ impl HaloRequirement {
 pub struct HaloCodelet {
     pub name: &'static str,
     pub requires: &'static [HaloRequirement],
+    /// Whether it posts every message of an episode before any of them completes. What a
+    /// network makes such a burst wait beyond its typical time is the network's answer to the
+    /// burst, not the codelet's: a search pools it over the codelets that burst
+    /// (`Sampler::estimates_sharing_tails`).
+    pub bursts: bool,
 }
 
 impl HaloCodelet {
@@ -106,9 +111,11 @@ impl HaloCodelet {
 
 /// The halo codelets, in registry order; index 0 is native.
 pub const CODELETS: &[HaloCodelet] = &[
+    // An episode is the messages posted before the call that completes them.
     HaloCodelet {
         name: "native",
         requires: &[],
+        bursts: true,
     },
     persistent::CODELET,
     irecv_first::CODELET,

@@ -40,6 +40,7 @@ pub const CODELET: HaloCodelet = HaloCodelet {
         MatchingSizes,
         PostedAlone,
     ],
+    bursts: true,
 };
 
 /// One message of an episode, as a post must look to be the agreed one.

@@ -27,6 +27,7 @@ use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 pub const CODELET: HaloCodelet = HaloCodelet {
     name: "pack",
     requires: &[NonContiguous, IntCount, EveryCallVisible],
+    bursts: true,
 };
 
 /// How `post` dealt with a message.

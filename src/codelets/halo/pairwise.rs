@@ -31,6 +31,8 @@ pub const CODELET: HaloCodelet = HaloCodelet {
         OneIntracommunicator,
         IntCount,
     ],
+    // One peer at a time, each step finished before the next.
+    bursts: false,
 };
 
 /// How long a step waits for its peer before the rest of the episode is posted at once.

@@ -25,6 +25,7 @@ use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 pub const CODELET: HaloCodelet = HaloCodelet {
     name: "persistent",
     requires: &[PostedBefore, IntCount, RealPeer, NotInFlight],
+    bursts: true,
 };
 
 /// Messages remembered at most (bounded memory for programs that never repeat a buffer).
