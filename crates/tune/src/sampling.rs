@@ -211,7 +211,7 @@ impl Sampler {
     /// This rank's estimate of every candidate, in the plan's order, where the candidates that
     /// `bursts` (those that post every message of an instance at once) share their tails: each
     /// candidate's median measured instance (from its start to its end: a halo episode's period
-    /// under `period` timing), plus the mean excess over their own medians of every measured
+    /// under `period` timing), plus the mean excess above their own medians of every measured
     /// instance of the candidates of its kind, bursting or not (`stats::shared_tails`). The
     /// error is the block samples' (`estimates`).
     ///
@@ -224,8 +224,8 @@ impl Sampler {
     /// probability 0.53 (0.23), so with its own samples alone most searches had a bursting
     /// codelet ahead of `pairwise`; pooled over four such codelets, 24 exchanges (56) miss them
     /// with probability 0.08 (0.003). Replayed over per-exchange times of each codelet forced alone on the rig
-    /// (`bench/halo-lead.py`), searches in blocks of 8 chose `pairwise` in 91 % of 400 runs
-    /// instead of 34 %, in blocks of 4 in 74 % instead of 16 %.
+    /// (`bench/halo-lead.py`), searches in blocks of 8 chose `pairwise` in 93 % of 400 runs
+    /// instead of 34 %, in blocks of 4 in 76 % instead of 16 %.
     pub fn estimates_sharing_tails(
         &self,
         filter: Filter,
