@@ -33,7 +33,7 @@ const KNOWN_CALLS_FORTRAN: &[Expected] = &[
 ];
 
 fn check_report(report: &Value, source: &str, np: u64, expected: &[Expected]) {
-    assert_eq!(report["version"], 6);
+    assert_eq!(report["version"], commtune_report::VERSION);
     assert_eq!(report["nprocs"], np);
     assert_eq!(report["ranks_reporting"], np);
     let ranks = report["ranks"].as_array().expect("ranks");
