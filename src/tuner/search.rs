@@ -70,7 +70,7 @@ pub(super) fn checkpoint<C: Operation>(
         // checkpoints (a barrier may lose a time slice); a rank's fastest calls are those it
         // entered last, which others waited for, so calls weigh at their mean.
         let collective_over_call = in_calls(comm.collective, key, at.k);
-        let cost = search_cost(candidates.len(), instances, collective_over_call);
+        let cost = search_cost(candidates.len(), collective_over_call);
         key.not_worth = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost).err();
         not_worth_until = key
             .not_worth
@@ -270,15 +270,16 @@ fn in_calls(ticks: Option<u64>, key: &TunerState, k: u64) -> f64 {
     }
 }
 
-/// What a search of `candidates` (`instances` of them) would cost the key now, counted in
-/// instances (`budget::search_cost`), each of its own collectives `collective_over_call` calls.
-fn search_cost(candidates: usize, instances: u64, collective_over_call: f64) -> u64 {
+/// What starting a search of `candidates` would cost the key now, counted in instances
+/// (`budget::search_cost`): its first `budget::ROUNDS_WEIGHED` rounds (COMMTUNE_BUDGET weighs
+/// the rest after each round), each of its own collectives `collective_over_call` calls.
+fn search_cost(candidates: usize, collective_over_call: f64) -> u64 {
     let settings = runtime::config().tuning;
-    let collectives = sampling::search_collectives(
+    let (instances, collectives) = sampling::rounds_cost(
         candidates,
         settings.timing,
         settings.block as usize,
-        settings.samples,
+        budget::ROUNDS_WEIGHED.min(settings.samples),
     );
     budget::search_cost(instances, collectives, collective_over_call)
 }

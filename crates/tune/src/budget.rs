@@ -17,6 +17,21 @@ pub const COST_OVER_GAIN: f64 = 2.0;
 /// The share of a call a winner typically saves.
 pub const GAIN: f64 = 0.15;
 
+/// The rounds of a collective's search that do no harm weighs before it starts
+/// (`sampling::rounds_cost`), not all of them: after each round COMMTUNE_BUDGET ends a search
+/// that has spent more than its share of the key's expected time on codelets other than the
+/// leader, and the calls expected grow as the run goes on, so the later rounds are weighed when
+/// they are due. Weighing every round held a 400-call run's search back until most of the run was
+/// over; weighing one started it so early that the budget ended most searches after one sample
+/// per codelet, and long runs decided worse. Replayed over the traces of tests/data (`commtune
+/// simulate`, the library's defaults, 40 replays per key), two rounds instead of all four: at 400
+/// calls 6 of the 8 keys better (the rig's 4 MiB allgatherv 1.079 to 1.049 of the best codelet,
+/// its 64 KiB allreduce 1.231 to 1.189, shared memory's 8-byte alltoall 2.015 to 1.750), 2 worse
+/// by 0.003 at most; at 2000 calls 4 better (by up to 0.031), the rig's 64 KiB alltoall worse by
+/// 0.008. One round: 1.028 for that allgatherv at 400 calls, but the rig's 4 MiB alltoall 1.011
+/// to 1.071 at 2000. A halo search weighs one round (src/halo/rank_tuner.rs).
+pub const ROUNDS_WEIGHED: u32 = 2;
+
 /// What a search of `instances` costs, counted in instances, when it also holds `collectives`
 /// small collectives of its own (a barrier before each timed sample, a reduction per round and
 /// per check), each `collective_over_call` times as long as the key's call. Where calls are

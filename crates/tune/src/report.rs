@@ -51,14 +51,14 @@ pub const NOT_WORTH_ELSEWHERE: &str = "not searched yet: a search would pay for 
      rank, not yet on every rank (each weighs its cost with its own times, and a search starts \
      only where every rank finds it worth it)";
 
-/// Why a warm key is not searched yet (do no harm, `budget`): a search costing `instances`
-/// (`budget::search_cost`) against the `remaining` calls expected.
+/// Why a warm key is not searched yet (do no harm, `budget`): a search whose first rounds cost
+/// `instances` (`budget::search_cost`) against the `remaining` calls expected.
 pub fn not_worth_reason(instances: u64, remaining: f64) -> String {
     format!(
-        "not searched yet: a search costs as much as {instances} calls of mostly slower \
-         codelets (its own barriers and reductions counted in), and about {remaining:.0} more \
-         calls are expected (as many as so far, at this call's rate), fewer than {} times that; \
-         a search starts when the run has gone on long enough to pay for it \
+        "not searched yet: a search's first rounds cost as much as {instances} calls of mostly \
+         slower codelets (its own barriers and reductions counted in), and about {remaining:.0} \
+         more calls are expected (as many as so far, at this call's rate), fewer than {} times \
+         that; a search starts when the run has gone on long enough to pay for them \
          (COMMTUNE_BUDGET=1: at once)",
         crate::budget::COST_OVER_GAIN
     )

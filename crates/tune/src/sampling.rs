@@ -34,21 +34,23 @@ pub fn search_instances(candidates: usize, timing: Timing, block: usize, samples
     (candidates * block_for(timing, block)) as u64 * u64::from(samples.max(1))
 }
 
-/// The small collectives a search of `candidates` codelets holds at most besides its instances:
-/// a barrier before each timed sample (`barrier` timing) or each block (`period`), a reduction
-/// per round, and the self-check's reduction and its trial's.
-pub fn search_collectives(candidates: usize, timing: Timing, block: usize, samples: u32) -> u64 {
+/// What the first `rounds` rounds of a search of `candidates` codelets cost, which do no harm
+/// weighs (`budget::search_cost`, `budget::ROUNDS_WEIGHED`): their instances, and the small
+/// collectives besides them (a barrier before each timed sample with `barrier` timing or each
+/// block with `period`, a reduction per round, and the self-check's reduction and its trial's).
+/// None with one candidate.
+pub fn rounds_cost(candidates: usize, timing: Timing, block: usize, rounds: u32) -> (u64, u64) {
     if candidates <= 1 {
-        return 0;
+        return (0, 0);
     }
-    let block = block_for(timing, block);
-    let blocks = candidates as u64 * u64::from(samples.max(1));
+    let instances = search_instances(candidates, timing, block, rounds);
+    let blocks = candidates as u64 * u64::from(rounds.max(1));
     let barriers = match timing {
         Timing::Local => 0,
-        Timing::Barrier => blocks * block.saturating_sub(1).max(1) as u64,
+        Timing::Barrier => blocks * block_for(timing, block).saturating_sub(1).max(1) as u64,
         Timing::Period => blocks,
     };
-    barriers + u64::from(samples.max(1)) + 2
+    (instances, barriers + u64::from(rounds.max(1)) + 2)
 }
 
 /// One key's search: the policy's plan and the samples its instances give.
@@ -361,21 +363,22 @@ mod tests {
     }
 
     #[test]
-    fn search_collectives_counts_the_barriers_a_round_holds() {
+    fn rounds_cost_counts_their_instances_and_the_barriers_they_hold() {
         for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
             for block in [1, 3] {
                 let mut s = Sampler::new(plan(&[0, 1]), timing, block);
                 let (_, barriers) = round(&mut s, &mut 0, 0, |_, _| 100);
                 let per_round = barriers.iter().filter(|b| **b).count() as u64;
-                // Four rounds, a reduction each, and the self-check's two.
+                let instances = barriers.len() as u64;
+                // A reduction per round, and the self-check's two.
                 assert_eq!(
-                    search_collectives(2, timing, block, 4),
-                    4 * per_round + 4 + 2,
+                    rounds_cost(2, timing, block, 2),
+                    (2 * instances, 2 * per_round + 2 + 2),
                     "{timing:?}, blocks of {block}"
                 );
             }
         }
-        assert_eq!(search_collectives(1, Timing::Barrier, 1, 4), 0);
+        assert_eq!(rounds_cost(1, Timing::Barrier, 1, 2), (0, 0));
     }
 
     #[test]

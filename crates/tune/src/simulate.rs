@@ -888,20 +888,14 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         )
     };
     // Do no harm as src/tuner/search.rs `checkpoint`: the key is its communicator's only one.
-    let instances = sampling::search_instances(
-        candidates.len(),
-        settings.timing,
-        settings.block as usize,
-        settings.samples,
-    );
     // Its own collectives weigh as the library's timed barrier does against native's mean call
     // (src/tuner/search.rs `search_cost`): a small collective's latency, which the traces
     // measure as a barrier's (`consensus` is the whole slow path around a reduction).
-    let collectives = sampling::search_collectives(
+    let (instances, collectives) = sampling::rounds_cost(
         candidates.len(),
         settings.timing,
         settings.block as usize,
-        settings.samples,
+        budget::ROUNDS_WEIGHED.min(settings.samples),
     );
     let native = model.cost(&model.codelets[0]);
     let cost = budget::search_cost(instances, collectives, model.barrier as f64 / native);
