@@ -236,7 +236,6 @@ fn start_predicted<C: Operation>(
         .settle(key, winner, Phase::Production(production), first_check);
 }
 
-/// The instances a search of `candidates` codelets runs at most.
 /// Barriers timed after checkpoints (do no harm's cost of a collective): the fastest of a few.
 const COLLECTIVES_TIMED: u32 = 3;
 
@@ -284,6 +283,7 @@ fn search_cost(candidates: usize, collective_over_call: f64) -> u64 {
     budget::search_cost(instances, collectives, collective_over_call)
 }
 
+/// The instances a search of `candidates` codelets runs at most.
 fn search_instances(candidates: usize) -> u64 {
     let settings = runtime::config().tuning;
     sampling::search_instances(
