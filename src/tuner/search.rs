@@ -310,7 +310,7 @@ pub(super) fn start_search<C: Operation>(
         return false;
     }
     let settings = config.tuning;
-    let plan = Plan::new(settings.search, candidates, settings.samples);
+    let plan = Plan::collective(settings.search, candidates, settings.samples);
     let timing = key.timing();
     key.phase = Phase::Searching(Box::new(Sampler::new(
         plan,

@@ -881,7 +881,8 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         Phase::Search(
             (0..model.ranks)
                 .map(|_| {
-                    let plan = Plan::new(settings.search, candidates.clone(), settings.samples);
+                    let plan =
+                        Plan::collective(settings.search, candidates.clone(), settings.samples);
                     Sampler::new(plan, timing, settings.block as usize)
                 })
                 .collect(),
