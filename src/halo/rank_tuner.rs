@@ -79,12 +79,6 @@ use crate::tuner::{
 };
 use crate::{clock, runtime};
 
-/// A codelet whose block took more than this many times the leader's leaves the search after
-/// the round. A block's period is a mean over its episodes, so one round tells such a codelet
-/// apart, and its next block would cost the most: under MPICH on shared memory, `pack` took 0.11
-/// ms per exchange and the others 0.75 to 0.9; on the 1 Gbit/s rig, where stalls make one block
-/// of a codelet up to 4 times another, the leader's closest rivals stay.
-const SLOWER_LEAVES: f64 = 2.0;
 /// Instances in a row a codelet may fail to give a sample before it leaves the search.
 const MAX_MISSES: u32 = 4;
 
@@ -126,12 +120,12 @@ struct EpisodeTuner {
 static EPISODES: AtomicU64 = AtomicU64::new(0);
 
 /// Do no harm (`commtune_tune::budget`), per rank: the instances to come are estimated from the
-/// class's rate since its first instance and the rank's episodes so far, at episode `now`. What
-/// a search costs is its first round: after it only codelets within twice the leader's time
-/// stay (`SLOWER_LEAVES`), the leader among them, so a later round's exchange loses at most the
-/// leader's time, and mostly less. Counting every round had the search wait twice as long:
-/// under MPICH on shared memory, 160 native exchanges at 8 times `pack`'s time made the first
-/// run twice as slow as with single-episode samples.
+/// class's rate since its first instance and the rank's episodes so far, at episode `now`. What a
+/// search costs is its first round: after it only codelets within twice the leader's time stay
+/// (`commtune_tune::policy::HALO_SLOWER_LEAVES`), the leader among them, so a later round's
+/// exchange loses at most the leader's time, and mostly less. Counting every round had the search
+/// wait twice as long: under MPICH on shared memory, 160 native exchanges at 8 times `pack`'s time
+/// made the first run twice as slow as with single-episode samples.
 fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
     let settings = runtime::config().halo_tuning;
     let instances = sampling::search_instances(
@@ -806,8 +800,7 @@ impl Search {
 
     fn new(timing: Timing) -> Search {
         let settings = runtime::config().halo_tuning;
-        let plan = Plan::new(settings.search, Search::candidates(), settings.samples)
-            .cut_slower_than(SLOWER_LEAVES);
+        let plan = Plan::halo(settings.search, Search::candidates(), settings.samples);
         let mut search = Search {
             sampler: Sampler::new(plan, timing, settings.block as usize),
             next: (NATIVE, false),

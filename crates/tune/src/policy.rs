@@ -19,17 +19,26 @@ pub enum Search {
     Racing,
 }
 
-/// A collective codelet whose sample took more than this many times the leader's leaves the
-/// search after the round (`Plan::collective`). A collective's sample is one instance, the first
-/// after a switch, which on the 1 Gbit/s rig took up to 2.9 times the codelet's steady time
-/// (`commtune simulate`'s `switch_x`), so the bar is higher than a halo block's (2, a mean over
-/// episodes). Replayed over tests/data with the library's defaults (40 replays per key): at 400
-/// calls 6 of the 8 keys better (the rig's alltoall of 64 KiB per rank 1.160 to 1.117 of the
+/// A halo codelet whose block took more than this many times the leader's leaves the search
+/// after the round (`Plan::halo`). A block's period is a mean over its episodes, so one round
+/// tells such a codelet apart, and its next block would cost the most: under MPICH on shared
+/// memory, `pack` took 0.11 ms per exchange and the others 0.75 to 0.9; on the 1 Gbit/s rig,
+/// where stalls make one block of a codelet up to 4 times another, the leader's closest rivals
+/// stay.
+pub const HALO_SLOWER_LEAVES: f64 = 2.0;
+
+/// A collective codelet whose sample took more than this many times the leader's leaves the search
+/// after the round (`Plan::collective`). A collective's sample is one instance, the first after a
+/// switch, which on the 1 Gbit/s rig took up to 2.9 times the codelet's steady time (`commtune
+/// simulate`'s `switch_x`), so the bar is higher than a halo block's (`HALO_SLOWER_LEAVES`, a mean
+/// over episodes). Replayed over tests/data with the library's defaults (40 replays per key): at
+/// 400 calls 6 of the 8 keys better (the rig's alltoall of 64 KiB per rank 1.160 to 1.117 of the
 /// best codelet, its 4 MiB alltoall 1.049 to 1.038), shared memory's 1 MiB allreduce 0.002 worse;
 /// at 2000 calls 5 better (that alltoall 1.061 to 1.031), the rig's 64 KiB allreduce 0.004 worse
 /// and shared memory's 0.001. A cut at 2 lost the rig's 64 KiB allreduce (1.189 to 1.211) and
 /// shared memory's 8-byte alltoall (1.750 to 1.827); at 3 it gained less; a cut from the second
-/// round on gained nothing.
+/// round on gained nothing. Do no harm still weighs every candidate in the rounds it weighs
+/// (`budget::ROUNDS_WEIGHED`): an upper bound, since the cut is known only after the first round.
 pub const COLLECTIVE_SLOWER_LEAVES: f64 = 2.5;
 
 /// A codelet in the search.
@@ -106,7 +115,7 @@ impl Plan {
     /// stays the baseline `winner` compares with); `brute` prunes nothing, this neither. For
     /// samples that are already means over many instances (a halo search's blocks), one round
     /// tells a codelet several times slower apart, and sampling it again costs the most.
-    pub fn cut_slower_than(self, factor: f64) -> Plan {
+    fn cut_slower_than(self, factor: f64) -> Plan {
         Plan {
             cut: Some(factor),
             ..self
@@ -116,6 +125,11 @@ impl Plan {
     /// A collective key's search: `new` with the cut at `COLLECTIVE_SLOWER_LEAVES`.
     pub fn collective(policy: Search, candidates: Vec<Candidate>, samples: u32) -> Plan {
         Plan::new(policy, candidates, samples).cut_slower_than(COLLECTIVE_SLOWER_LEAVES)
+    }
+
+    /// A halo class's search: `new` with the cut at `HALO_SLOWER_LEAVES`.
+    pub fn halo(policy: Search, candidates: Vec<Candidate>, samples: u32) -> Plan {
+        Plan::new(policy, candidates, samples).cut_slower_than(HALO_SLOWER_LEAVES)
     }
 
     /// The estimates of every codelet that ran, for the report, in microseconds.
