@@ -72,7 +72,7 @@ pub(super) fn drift_check<C: Operation>(
         let judgement = if runtime::config().calibrate {
             Judgement::Verdict(Verdict::Kept)
         } else {
-            predicted.assess(realised, settings.min_gain)
+            predicted.assess_race(realised, settings.min_gain)
         };
         match judgement {
             Judgement::Trial(runner_up) => {

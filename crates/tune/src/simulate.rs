@@ -18,7 +18,7 @@
 //! **The replay** (`replay`) runs N calls of the key, with the library's checkpoints (each a
 //! reduction, spaced by `checkpoints::Spacing`): native until the first checkpoint after
 //! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's own `Sampler`, `Plan` and
-//! `Prediction::assess` with one sampler per rank and the estimates reduced to their maximum over
+//! `Prediction::assess_race` with one sampler per rank and the estimates reduced to their maximum over
 //! ranks (`tuner::consensus`), then the winner, with the self-check 18 calls after the decision
 //! (a winner that missed its prediction puts the runner-up on trial for 18 calls; a wrong
 //! decision reopens the search once with the other timing, then keeps the runner-up that beat it). Each
@@ -924,7 +924,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 Some((_, winner_realised)) => {
                     Some(predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong))
                 }
-                None => match predicted.assess(realised, settings.min_gain) {
+                None => match predicted.assess_race(realised, settings.min_gain) {
                     Judgement::Trial(runner_up) => {
                         p.trial = Some((runner_up, realised));
                         p.check_again(settings, k);
