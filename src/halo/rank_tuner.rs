@@ -468,6 +468,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
     let checked = Prediction {
         winner: ticks,
         runner_up: None,
+        third: None,
         timing,
     };
     let mut production = Production::new(winner, Some(checked), Lead::default());
@@ -1061,6 +1062,7 @@ mod tests {
         Prediction {
             winner: ticks(100.0),
             runner_up: None,
+            third: None,
             timing: Timing::Period,
         }
     }
@@ -1166,6 +1168,7 @@ mod tests {
         let predicted = Prediction {
             winner: ticks(10.0),
             runner_up: Some((NATIVE, ticks(20.0))),
+            third: None,
             timing: Timing::Local,
         };
         {

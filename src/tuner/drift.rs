@@ -265,8 +265,8 @@ fn drift_ratio(p: &mut Production) -> f64 {
     p.drift.ratio(median)
 }
 
-/// The winner missed what was predicted: `trial`'s codelet runs the next window of production
-/// calls, measured as the winner's was, before the decision is judged (`trial_check` after a
+/// The winner missed what was predicted, or won a close race: `trial`'s codelet runs the next
+/// window of production calls, measured as the winner's was, before the decision is judged (`trial_check` after a
 /// search: the trial replaces the search's estimate of the runner-up, which shares whatever
 /// made the winner's miss, as a barrier before every sample hides the skew production calls
 /// wait for; `safety_net_trial` after a prediction).
@@ -283,7 +283,7 @@ fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Tria
     let names = codelets::names(at.entry.op);
     trace(at.entry, || {
         format!(
-            "{} missed its prediction: {} on trial",
+            "self-check of {}: {} on trial",
             names[p.winner], names[trial.codelet]
         )
     });
@@ -331,6 +331,18 @@ fn trial_check<C: Operation>(
             verdict.name()
         )
     });
+    if verdict == Verdict::Kept
+        && let Some(next) = predicted.next_in_race()
+        && let Some((third, _)) = next.runner_up
+    {
+        let trial = Trial {
+            codelet: third,
+            of: Trialled::Decision(next),
+            ..trial
+        };
+        start_trial(at, key, trial);
+        return None;
+    }
     judged(
         at,
         comm,
@@ -398,8 +410,12 @@ fn judged<C: Operation>(
             production.realised_us = runner_up_realised.map(us);
             production.replaced = Some((winner, us(realised)));
             let drift_at = at.k + settings.drift_interval;
-            at.tuner
-                .settle(key, codelet, Phase::Production(production), drift_at);
+            at.tuner.settle(
+                key,
+                codelet,
+                Phase::Production(Box::new(production)),
+                drift_at,
+            );
             knowledge::learn(at.entry, key);
             None
         }

@@ -232,8 +232,12 @@ fn start_predicted<C: Operation>(
     key.timeline.push(Mark::Decision { call: at.k, winner });
     let production = Production::new(winner, None);
     let first_check = at.k + check::first_check(config.tuning.drift_interval);
-    at.tuner
-        .settle(key, winner, Phase::Production(production), first_check);
+    at.tuner.settle(
+        key,
+        winner,
+        Phase::Production(Box::new(production)),
+        first_check,
+    );
 }
 
 /// Barriers timed after checkpoints (do no harm's cost of a collective): the fastest of a few.
@@ -305,7 +309,7 @@ pub(super) fn start_search<C: Operation>(
     let config = runtime::config();
     if candidates.len() <= 1 {
         key.reason = Some("no codelet but native applies");
-        let production = Phase::Production(Production::new(0, None));
+        let production = Phase::Production(Box::new(Production::new(0, None)));
         at.tuner.settle(key, 0, production, u64::MAX);
         return false;
     }
@@ -389,7 +393,7 @@ pub(super) fn search_step<C>(
                 format!("decided {}", codelets::names(entry.op)[winner])
             });
             let predicted = s.prediction(winner);
-            let phase = Phase::Production(Production::new(winner, predicted));
+            let phase = Phase::Production(Box::new(Production::new(winner, predicted)));
             if let Phase::Searching(done) = std::mem::replace(&mut key.phase, Phase::Untuned) {
                 key.decided = Some(done.plan);
             }
@@ -470,7 +474,7 @@ pub(super) fn end_stalled_search(
     other.timeline.push(Mark::Decision { call: k, winner });
     other.reason = Some("search ended early: the call stopped repeating");
     let drift_at = k + runtime::config().tuning.drift_interval;
-    let production = Phase::Production(Production::new(winner, None));
+    let production = Phase::Production(Box::new(Production::new(winner, None)));
     active.settle(&mut other, winner, production, drift_at);
     slot.set_active(comm, None);
     slot.next_check.store(n + 1, Ordering::Relaxed);

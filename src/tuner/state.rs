@@ -494,7 +494,7 @@ pub enum Phase {
     #[default]
     Warmup,
     Searching(Box<Sampler>),
-    Production(Production),
+    Production(Box<Production>),
     Untuned,
 }
 
@@ -519,12 +519,12 @@ pub struct Production {
     /// and its realised time per call (microseconds, agreed): the history records the search's
     /// decision as production corrected it (`commtune_history::Replaced`).
     pub replaced: Option<(usize, f64)>,
-    /// The codelet on trial, after the winner missed its prediction.
+    /// The codelet on trial, after the winner missed its prediction or won a close race.
     pub trial: Option<Trial>,
 }
 
-/// A codelet on trial: the winner missed what was predicted, so another codelet runs a window
-/// of production calls before the decision is judged (`drift`).
+/// A codelet on trial: the winner missed what was predicted or won a close race, so another
+/// codelet runs a window of production calls before the decision is judged (`drift`).
 #[derive(Clone, Copy, Debug)]
 pub struct Trial {
     pub codelet: usize,

@@ -271,19 +271,21 @@ impl Sampler {
         }
     }
 
-    /// What the search predicts for `winner` and the best other codelet (`check`).
+    /// What the search predicts for `winner` and the two best other codelets (`check`).
     pub fn prediction(&self, winner: usize) -> Option<Prediction> {
         let winner_estimate = self.plan.estimate(winner)?.location;
-        let runner_up = self
+        let mut others: Vec<(usize, f64)> = self
             .plan
             .estimates
             .iter()
             .filter(|(i, _)| *i != winner)
-            .min_by(|a, b| a.1.location.total_cmp(&b.1.location))
-            .map(|(i, e)| (*i, e.location));
+            .map(|(i, e)| (*i, e.location))
+            .collect();
+        others.sort_by(|a, b| a.1.total_cmp(&b.1));
         Some(Prediction {
             winner: winner_estimate,
-            runner_up,
+            runner_up: others.first().copied(),
+            third: others.get(1).copied(),
             timing: self.timing,
         })
     }

@@ -922,7 +922,19 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             // As src/tuner/drift.rs `drift_check`.
             let verdict = match p.trial.take() {
                 Some((_, winner_realised)) => {
-                    Some(predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong))
+                    match predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong)
+                    {
+                        Verdict::Kept => match predicted.next_in_race() {
+                            Some(next) => {
+                                p.predicted = Some(next);
+                                p.trial = next.runner_up.map(|(third, _)| (third, winner_realised));
+                                p.check_again(settings, k);
+                                None
+                            }
+                            None => Some(Verdict::Kept),
+                        },
+                        verdict => Some(verdict),
+                    }
                 }
                 None => match predicted.assess_race(realised, settings.min_gain) {
                     Judgement::Trial(runner_up) => {
