@@ -266,10 +266,10 @@ fn drift_ratio(p: &mut Production) -> f64 {
 }
 
 /// The winner missed what was predicted, or won a close race: `trial`'s codelet runs the next
-/// window of production calls, measured as the winner's was, before the decision is judged (`trial_check` after a
-/// search: the trial replaces the search's estimate of the runner-up, which shares whatever
-/// made the winner's miss, as a barrier before every sample hides the skew production calls
-/// wait for; `safety_net_trial` after a prediction).
+/// window of production calls, measured as the winner's was, before the decision is judged
+/// (`trial_check` after a search: the trial replaces the search's estimate of the runner-up,
+/// which shares whatever made the winner's miss, as a barrier before every sample hides the
+/// skew production calls wait for; `safety_net_trial` after a prediction).
 fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Trial) {
     let Phase::Production(p) = &mut key.phase else {
         return;

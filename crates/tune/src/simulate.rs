@@ -17,12 +17,13 @@
 //!
 //! **The replay** (`replay`) runs N calls of the key, with the library's checkpoints (each a
 //! reduction, spaced by `checkpoints::Spacing`): native until the first checkpoint after
-//! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's own `Sampler`, `Plan` and
-//! `Prediction::assess_race` with one sampler per rank and the estimates reduced to their maximum over
-//! ranks (`tuner::consensus`), then the winner, with the self-check 18 calls after the decision
-//! (a winner that missed its prediction puts the runner-up on trial for 18 calls; a wrong
-//! decision reopens the search once with the other timing, then keeps the runner-up that beat it). Each
-//! instance is drawn from the model by what it is: after a switch, one of the codelet's
+//! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's
+//! own `Sampler`, `Plan` and `Prediction::assess_race` with one sampler per rank and the
+//! estimates reduced to their maximum over ranks (`tuner::consensus`), then the winner, with the
+//! self-check 18 calls after the decision (a winner that missed its prediction or won a close
+//! race puts the runner-up on trial for 18 calls, and a close race its third after it; a wrong
+//! decision reopens the search once with the other timing, then keeps the runner-up that beat
+//! it). Each instance is drawn from the model by what it is: after a switch, one of the codelet's
 //! switches (after the same predecessor when the traces have one); after a barrier, a barriered
 //! instance; else the next steady instance, continuing from a random place after each switch so
 //! that a stretch keeps the trace's bursts. Every rank gets the same traced instance (ranks'
