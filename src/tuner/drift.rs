@@ -9,7 +9,7 @@
 //! reopens after strikes in a row.
 
 use commtune_report::PredictionTrial;
-use commtune_tune::check::{self, Judgement, Prediction, Verdict};
+use commtune_tune::check::{self, AfterTrial, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
@@ -314,7 +314,7 @@ fn trial_check<C: Operation>(
         return None;
     };
     end_trial(at, p);
-    let verdict = predicted.judge_trial(
+    let after = predicted.after_trial(
         trial.winner_realised,
         realised,
         runtime::config().tuning.min_gain,
@@ -323,26 +323,29 @@ fn trial_check<C: Operation>(
     let names = codelets::names(at.entry.op);
     let ns_per_tick = clock::ns_per_tick();
     trace(at.entry, || {
+        let outcome = match after {
+            AfterTrial::Trial(codelet, _) => format!("kept, {} next", names[codelet]),
+            AfterTrial::Verdict(verdict) => verdict.name().to_string(),
+        };
         format!(
-            "trial of {}: realised {:.0} us against the winner's {:.0} us: {}",
+            "trial of {}: realised {:.0} us against the winner's {:.0} us: {outcome}",
             names[trial.codelet],
             realised * ns_per_tick * 1e-3,
             trial.winner_realised * ns_per_tick * 1e-3,
-            verdict.name()
         )
     });
-    if verdict == Verdict::Kept
-        && let Some(next) = predicted.next_in_race()
-        && let Some((third, _)) = next.runner_up
-    {
-        let trial = Trial {
-            codelet: third,
-            of: Trialled::Decision(next),
-            ..trial
-        };
-        start_trial(at, key, trial);
-        return None;
-    }
+    let verdict = match after {
+        AfterTrial::Trial(codelet, next) => {
+            let trial = Trial {
+                codelet,
+                of: Trialled::Decision(next),
+                ..trial
+            };
+            start_trial(at, key, trial);
+            return None;
+        }
+        AfterTrial::Verdict(verdict) => verdict,
+    };
     judged(
         at,
         comm,

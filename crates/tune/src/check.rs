@@ -115,7 +115,7 @@ pub struct Prediction {
     /// The best other codelet (registry index) and its estimate.
     pub runner_up: Option<(usize, f64)>,
     /// The next best and its estimate, tried after the runner-up in a close race
-    /// (`Prediction::next_in_race`).
+    /// (`Prediction::after_trial`).
     pub third: Option<(usize, f64)>,
     /// How the search timed its samples: production is timed the same way.
     pub timing: Timing,
@@ -165,6 +165,15 @@ pub enum Judgement {
     /// The winner missed: the runner-up (registry index) runs a window of production calls,
     /// then `Prediction::judge_trial` decides.
     Trial(usize),
+    Verdict(Verdict),
+}
+
+/// What follows a collective's trial (`Prediction::after_trial`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum AfterTrial {
+    /// This codelet (registry index), the runner-up of this prediction, runs a window next,
+    /// against the same window of the winner.
+    Trial(usize, Prediction),
     Verdict(Verdict),
 }
 
@@ -294,15 +303,34 @@ impl Prediction {
     /// race's estimates is the search's least reliable part: on the 10 Gbit/s rig, searches of
     /// the 1 MiB allreduce ranked `ring`, the fastest alone by 15 %, behind native and
     /// `rabenseifner` in 2 runs of 5.
-    pub fn next_in_race(&self) -> Option<Prediction> {
+    fn next_in_race(&self) -> Option<(usize, Prediction)> {
         let third = self
             .third
             .filter(|&(_, e)| e <= self.winner * (1.0 + CLOSE_RACE))?;
-        Some(Prediction {
+        let next = Prediction {
             runner_up: Some(third),
             third: None,
             ..*self
-        })
+        };
+        Some((third.0, next))
+    }
+
+    /// What follows a collective's trial (`judge_trial`'s arguments): the verdict, or, where
+    /// the trial kept the decision and the race's third is in it too, the third's trial.
+    pub fn after_trial(
+        &self,
+        realised: f64,
+        runner_up_realised: f64,
+        min_gain: f64,
+        wrong: u32,
+    ) -> AfterTrial {
+        match self.judge_trial(realised, runner_up_realised, min_gain, wrong) {
+            Verdict::Kept => match self.next_in_race() {
+                Some((codelet, next)) => AfterTrial::Trial(codelet, next),
+                None => AfterTrial::Verdict(Verdict::Kept),
+            },
+            verdict => AfterTrial::Verdict(verdict),
+        }
     }
 
     /// Whether the winner's `realised` time missed its prediction clearly (by more than
@@ -564,10 +592,19 @@ mod tests {
             Judgement::Verdict(Verdict::Kept),
             "a halo's self-check tries only after a miss"
         );
-        assert_eq!(native.judge_trial(2.25, 2.3, 0.02, 0), Verdict::Kept);
-        let ring = native.next_in_race().expect("ring is in the race");
+        let AfterTrial::Trial(4, ring) = native.after_trial(2.25, 2.3, 0.02, 0) else {
+            panic!("the runner-up's trial kept the decision: ring, the third, is tried next");
+        };
         assert_eq!(ring.runner_up, Some((4, 2.40)));
-        assert_eq!(ring.next_in_race(), None, "three at most");
+        assert_eq!(
+            ring.after_trial(2.25, 2.3, 0.02, 0),
+            AfterTrial::Verdict(Verdict::Kept),
+            "three at most"
+        );
+        assert_eq!(
+            ring.after_trial(2.25, 1.8, 0.02, 0),
+            AfterTrial::Verdict(Verdict::RunnerUp(4))
+        );
         assert_eq!(ring.judge_trial(2.25, 1.8, 0.02, 0), Verdict::RunnerUp(4));
         assert_eq!(
             ring.judge_trial(2.25, 2.22, 0.02, 0),
@@ -594,7 +631,11 @@ mod tests {
             Judgement::Trial(5),
             "a miss still tries the runner-up"
         );
-        assert_eq!(clear.next_in_race(), None, "but not the third");
+        assert_eq!(
+            clear.after_trial(3.0, 3.1, 0.02, 0),
+            AfterTrial::Verdict(Verdict::Kept),
+            "but not the third"
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 
 use crate::budget;
-use crate::check::{self, Judgement, Prediction, Verdict};
+use crate::check::{self, AfterTrial, Judgement, Prediction, Verdict};
 use crate::checkpoints::{self, Found, Spacing};
 use crate::policy::{Agreed, Candidate, Next, Plan, Search};
 use crate::sampling::{self, Sampler, Turn};
@@ -642,6 +642,8 @@ pub struct Outcome {
     pub realised_ns: f64,
     /// The first self-check's verdict, when one was made.
     pub check: Option<Verdict>,
+    /// What the first search decided, before any self-check (None when none decided).
+    pub searched_winner: Option<usize>,
 }
 
 /// The replay's ranks, clocks and draws.
@@ -910,7 +912,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
     let mut timing = settings.timing;
-    let mut check = None;
+    let (mut check, mut searched_winner) = (None, None);
     for k in 1..=calls {
         let entry = sim.clock.clone();
         if let Phase::Production(p) = &mut phase
@@ -923,18 +925,15 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             // As src/tuner/drift.rs `drift_check`.
             let verdict = match p.trial.take() {
                 Some((_, winner_realised)) => {
-                    match predicted.judge_trial(winner_realised, realised, settings.min_gain, wrong)
+                    match predicted.after_trial(winner_realised, realised, settings.min_gain, wrong)
                     {
-                        Verdict::Kept => match predicted.next_in_race() {
-                            Some(next) => {
-                                p.predicted = Some(next);
-                                p.trial = next.runner_up.map(|(third, _)| (third, winner_realised));
-                                p.check_again(settings, k);
-                                None
-                            }
-                            None => Some(Verdict::Kept),
-                        },
-                        verdict => Some(verdict),
+                        AfterTrial::Trial(codelet, next) => {
+                            p.predicted = Some(next);
+                            p.trial = Some((codelet, winner_realised));
+                            p.check_again(settings, k);
+                            None
+                        }
+                        AfterTrial::Verdict(verdict) => Some(verdict),
                     }
                 }
                 None => match predicted.assess_race(realised, settings.min_gain) {
@@ -990,6 +989,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                     (codelet, barrier, true)
                 }
                 Err((winner, predicted)) => {
+                    searched_winner.get_or_insert(winner);
                     phase = Phase::Production(production(model, settings, k, winner, predicted));
                     // The library checks its communicator again at the next instance.
                     next_checkpoint = k;
@@ -1045,6 +1045,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         predicted_ns,
         realised_ns,
         check,
+        searched_winner,
     }
 }
 
