@@ -43,7 +43,13 @@ fn shares_and_totals_stay_within_the_run(flavour: Flavour) {
         flavour,
         "imbalance",
         &["imbalance", "25", "20000"],
-        &[("COMMTUNE_MODE", "tune"), ("COMMTUNE_SAMPLES", "3")],
+        // The search starts when warm: under a loaded machine's slow reductions the
+        // do-no-harm rule may rightly find it not worth it on some rank.
+        &[
+            ("COMMTUNE_MODE", "tune"),
+            ("COMMTUNE_SAMPLES", "3"),
+            ("COMMTUNE_BUDGET", "1"),
+        ],
     ));
     let report = job.report();
     let run_time = report["run_time_s"].as_f64().unwrap();
