@@ -1,7 +1,8 @@
 //! Prediction from the history store with real jobs, Open MPI and MPICH: a second run of a
 //! program starts its keys with the winner the first run's search found and searches nothing;
-//! the safety net dismisses a prediction whose winner turned slow after a trial of native that
-//! beat it, and keeps one that native does not beat on a machine slower for every codelet; a
+//! the safety net dismisses a prediction whose winner turned slow after a trial of native (of
+//! the runner-up, for a predicted native) that beat it, and keeps one that native does not beat
+//! on a machine slower for every codelet; a
 //! winner the self-check replaced with its runner-up is not predicted again, the runner-up is;
 //! entries of another platform or timing predict nothing; sizes between decided ones are
 //! predicted, in a run and from the store; ranks that read different stores search, without
@@ -201,6 +202,54 @@ fn a_slower_winner_is_dismissed_and_searched_openmpi() {
 #[test]
 fn a_slower_winner_is_dismissed_and_searched_mpich() {
     a_slower_winner_is_dismissed_and_searched(Mpich);
+}
+
+/// The first run's search keeps native (1 ms a call; ring 5 ms, every other codelet 20 ms), so
+/// the store's runner-up is ring. In the second run native takes 20 ms and ring 1 ms: the
+/// predicted native misses its time, ring (the prediction's runner-up, not native itself) is
+/// tried for a window and beats it, the prediction is dismissed and the search finds ring.
+fn a_slower_native_is_tried_against_the_runner_up(flavour: Flavour) {
+    let dir = scratch(&format!("predict_native_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    // The first matching delay counts: ring's own comes before the others'.
+    let delays = |native: &str, ring: &str| {
+        let mut delays = vec![format!("allreduce:ring={ring}")];
+        delays.extend(all_but("allreduce", ALLREDUCE, "native", "20ms"));
+        delays.push(format!("allreduce:native={native}"));
+        delays.join(",")
+    };
+    let job = |native: &str, ring: &str| {
+        run(flavour, 2, &exe, &dir)
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_BUDGET", "1")
+            .env("COMMTUNE_INJECT_DELAY", &delays(native, ring))
+            .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+            .go()
+    };
+    searched(&allreduce(&job("1ms", "5ms")), "native");
+    let site = allreduce(&job("20ms", "1ms"));
+    let t = &site["tuning"];
+    let p = &t["prediction"];
+    assert_eq!(p["winner"], "native", "{site:#}");
+    assert_eq!(p["outcome"], "dismissed", "{site:#}");
+    assert_eq!(p["trial"]["codelet"], "ring", "{site:#}");
+    assert!(
+        p["trial"]["measured_us"].as_f64().unwrap() < 10_000.0,
+        "{site:#}"
+    );
+    assert!(t["search_instances"].as_u64().unwrap() > 0, "{site:#}");
+    assert_eq!(t["winner"], "ring", "{site:#}");
+}
+
+#[test]
+fn a_slower_native_is_tried_against_the_runner_up_openmpi() {
+    a_slower_native_is_tried_against_the_runner_up(OpenMpi);
+}
+
+#[test]
+fn a_slower_native_is_tried_against_the_runner_up_mpich() {
+    a_slower_native_is_tried_against_the_runner_up(Mpich);
 }
 
 /// The second run's machine is slower for every codelet: ring takes 10 ms where the first run

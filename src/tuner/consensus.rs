@@ -10,14 +10,12 @@ use commtune_tune::{Agreed, Timing};
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Checkpoint {
     /// Every rank is at the same key and it has warmed up: the history's prediction when every
-    /// rank predicted the same winner (registry index) and time (microseconds per call, the
-    /// largest of the ranks'); `not_worth_until`: None when every rank found a search worth its
-    /// cost (do no harm), else the communicator instance from which every rank will (the latest
-    /// of the ranks'); `checkpoint_over_call`: the largest of the ranks' (0: not known yet).
+    /// rank predicted the same winner and time; `not_worth_until`: None when every rank found a
+    /// search worth its cost (do no harm), else the communicator instance from which every rank
+    /// will (the latest of the ranks').
     Agreed {
-        prediction: Option<(usize, f64)>,
+        prediction: Option<AgreedPrediction>,
         not_worth_until: Option<u64>,
-        checkpoint_over_call: f64,
     },
     /// Every rank proposed a key, but not the same one.
     Disagreed,
@@ -27,13 +25,35 @@ pub enum Checkpoint {
     Nothing,
 }
 
+/// A prediction from the history as every rank made it.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct AgreedPrediction {
+    /// Registry index.
+    pub winner: usize,
+    /// Microseconds per call, the largest of the ranks'.
+    pub us: f64,
+    /// The prediction's runner-up (registry index), where every rank named the same.
+    pub runner_up: Option<usize>,
+}
+
+/// One rank's prediction from the history.
+#[derive(Clone, Copy)]
+pub struct Proposed {
+    /// Registry indices.
+    pub winner: usize,
+    pub runner_up: Option<usize>,
+    /// Microseconds per call.
+    pub us: f64,
+    /// The timing its times were measured with when not the job's (then the key's).
+    pub timing: Option<Timing>,
+}
+
 /// One rank's view at a checkpoint.
 pub struct Vote {
     /// The agreement hash of the key it is at, or None when the key has not warmed up.
     pub key: Option<u64>,
-    /// The history's prediction: the winner's registry index and microseconds per call, and
-    /// the timing its times were measured with when not the job's (then the key's).
-    pub predicted: Option<(usize, f64, Option<Timing>)>,
+    /// The history's prediction.
+    pub predicted: Option<Proposed>,
     /// None when a search of the key pays for itself now, else the communicator instance from
     /// which it will (`checkpoints::worth_at`).
     pub not_worth_until: Option<u64>,
@@ -45,29 +65,43 @@ pub struct Vote {
 /// do (an entry learnt in this run is converted from clock ticks on each rank).
 const SAME_TIME: f64 = 0.01;
 
+/// What a checkpoint found, and what it costs in calls (the largest of the ranks' views; 0: not
+/// known yet), whatever it found: a communicator whose keys are all settled finds nothing at
+/// every checkpoint, and those must space out by their cost too.
+pub struct Checkpointed {
+    pub found: Checkpoint,
+    pub checkpoint_over_call: f64,
+}
+
 /// Reduces each rank's vote: a rank's own view of any of it never starts anything alone.
-pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpoint> {
+pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpointed> {
     // Hashes are cut to 62 bits so that negating them (to get the minimum from MPI_MAX) cannot
     // overflow; 0 is "no proposal". A time's bits (never negative) order as the time does.
     let bits = |x: f64| x.max(0.0).to_bits() as i64;
     let hash = vote.key.map_or(0, |h| (h >> 2).max(1) as i64);
     let ready = i64::from(vote.key.is_some());
-    let winner = vote.predicted.map_or(0, |(w, _, _)| w as i64 + 1);
-    let time = vote.predicted.map_or(0, |(_, us, _)| bits(us));
+    let winner = vote.predicted.as_ref().map_or(0, |p| p.winner as i64 + 1);
+    let runner_up = vote
+        .predicted
+        .as_ref()
+        .and_then(|p| p.runner_up)
+        .map_or(0, |r| r as i64 + 1);
+    let time = vote.predicted.as_ref().map_or(0, |p| bits(p.us));
     // A prediction of another timing makes the key search and check with it: its ranks must
     // agree on the timing too (barrier timing holds barriers the others do not).
     let timing = vote
         .predicted
-        .map_or(0, |(_, _, t)| t.map_or(1, |t| t as i64 + 2));
+        .as_ref()
+        .map_or(0, |p| p.timing.map_or(1, |t| t as i64 + 2));
     // 0 is "worth it now"; an instance is at least 1.
     let until = vote
         .not_worth_until
         .map_or(0, |at| i64::try_from(at.max(1)).unwrap_or(i64::MAX));
     let ratio = bits(vote.checkpoint_over_call);
-    let [hash, ready, winner, time, timing, until, ratio] =
-        comm.min_max_i64([hash, ready, winner, time, timing, until, ratio])?;
+    let [hash, ready, winner, runner_up, time, timing, until, ratio] =
+        comm.min_max_i64([hash, ready, winner, runner_up, time, timing, until, ratio])?;
     let value = |bits: i64| f64::from_bits(bits as u64);
-    Ok(match (ready.max, ready.min) {
+    let found = match (ready.max, ready.min) {
         (0, _) => Checkpoint::Nothing,
         (_, 0) => Checkpoint::Partial,
         _ if hash.same_everywhere() => Checkpoint::Agreed {
@@ -75,11 +109,19 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpoint> {
                 && winner.same_everywhere()
                 && timing.same_everywhere()
                 && value(time.max) <= value(time.min) * (1.0 + SAME_TIME))
-                .then(|| ((winner.min - 1) as usize, value(time.max))),
+                .then(|| AgreedPrediction {
+                    winner: (winner.min - 1) as usize,
+                    us: value(time.max),
+                    runner_up: (runner_up.min > 0 && runner_up.same_everywhere())
+                        .then(|| (runner_up.min - 1) as usize),
+                }),
             not_worth_until: (until.max > 0).then_some(until.max as u64),
-            checkpoint_over_call: value(ratio.max),
         },
         _ => Checkpoint::Disagreed,
+    };
+    Ok(Checkpointed {
+        found,
+        checkpoint_over_call: value(ratio.max),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Checks of keys in production. The first after a prediction from the history is the safety
 //! net: the predicted winner's measured time against the predicted time, and after a miss a
-//! trial of `native`, which only keeps the prediction if it does no better. The first after a
+//! trial of `native` (of the prediction's runner-up where native is the winner), which only
+//! keeps the prediction if it does no better. The first after a
 //! search's decision is the self-check: the winner's realised time against what the search
 //! predicted, timed as the search timed and reduced over ranks alike; a decision it finds clearly
 //! wrong reopens the search once with the other timing, and a second wrong one keeps the
@@ -179,9 +180,9 @@ fn safety_net<C: Operation>(
         knowledge::learn(at.entry, key);
         return None;
     }
-    if winner != codelets::NATIVE {
+    if let Some(codelet) = p.alternative {
         let trial = Trial {
-            codelet: codelets::NATIVE,
+            codelet,
             winner_realised: measured_us,
             of: Trialled::Prediction {
                 timing: key.timing(),
@@ -195,10 +196,11 @@ fn safety_net<C: Operation>(
     dismissed(at, comm, key, measured_us / predicted_us)
 }
 
-/// The safety net's trial of `native` after the predicted winner missed `predicted_us`, which
-/// measured `measured_us` per call (agreed): a `native` that does not do clearly better keeps
-/// the prediction (the machine is slower than when the history measured the winner, not the
-/// winner alone); otherwise it is dismissed and the key is searched (returns the search step).
+/// The safety net's trial of its alternative (`Production::alternative`) after the predicted
+/// winner missed `predicted_us`, which measured `measured_us` per call (agreed): one that does
+/// not do clearly better keeps the prediction (the machine is slower than when the history
+/// measured the winner, not the winner alone); otherwise it is dismissed and the key is
+/// searched (returns the search step).
 fn safety_net_trial<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,

@@ -12,6 +12,7 @@ use commtune_tune::{budget, check};
 use commtune_history::predict::{Basis, Predicted};
 use commtune_report::{HistoryPrediction, HistorySource};
 
+use super::consensus::AgreedPrediction;
 use super::state::{CommTuner, CommTunerState, Phase, Production, Tuner, TunerState, VERIFYING};
 use super::{Measure, SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Facts, Operation};
@@ -78,34 +79,28 @@ pub(super) fn checkpoint<C: Operation>(
     }
     let vote = consensus::Vote {
         key: warm.then_some(at.key.agree_hash()),
-        predicted: prediction
-            .as_ref()
-            .map(|(winner, p, timing)| (*winner, p.us, *timing)),
+        predicted: prediction.as_ref().map(|(proposed, _)| *proposed),
         not_worth_until,
         checkpoint_over_call: in_calls(comm.checkpoint, key, at.k),
     };
-    let agreed = consensus::checkpoint(&private, &vote);
+    let checkpointed = consensus::checkpoint(&private, &vote);
     if !first {
         let took = clock::now().saturating_sub(start);
         comm.checkpoint = Some(comm.checkpoint.map_or(took, |fastest| fastest.min(took)));
     }
-    if let Ok(consensus::Checkpoint::Agreed {
-        checkpoint_over_call,
-        ..
-    }) = agreed
-    {
-        comm.spacing.weigh(checkpoint_over_call);
+    if let Ok(c) = &checkpointed {
+        comm.spacing.weigh(c.checkpoint_over_call);
+        if comm.collectives_timed < COLLECTIVES_TIMED {
+            time_collective(&private, comm);
+        }
     }
-    if agreed.is_ok() && comm.collectives_timed < COLLECTIVES_TIMED {
-        time_collective(&private, comm);
-    }
-    let found = match agreed {
+    let found = match checkpointed.map(|c| c.found) {
         Ok(consensus::Checkpoint::Agreed {
-            prediction: Some((winner, us)),
+            prediction: Some(agreed),
             ..
         }) => {
-            if let Some((_, prediction, timing)) = prediction {
-                start_predicted(at, key, (winner, us), &prediction, timing, instances);
+            if let Some((proposed, prediction)) = prediction {
+                start_predicted(at, key, agreed, &prediction, proposed.timing, instances);
             }
             Found::Busy
         }
@@ -161,13 +156,13 @@ pub(super) fn candidates<C: Operation>(facts: &Facts) -> Vec<Candidate> {
 }
 
 /// This rank's prediction from the history for the key at this call, on a communicator of
-/// `comm_size` ranks (the winner's registry index, the prediction, and its timing when not the
-/// job's), when more than native applies.
+/// `comm_size` ranks (what it proposes to the others, and the prediction), when more than
+/// native applies.
 fn predict<C: Operation>(
     at: &SlowCall<C>,
     comm_size: u32,
     candidates: &[Candidate],
-) -> Option<(usize, Predicted, Option<Timing>)> {
+) -> Option<(consensus::Proposed, Predicted)> {
     let names = codelets::names(C::OP);
     if candidates.len() <= 1 {
         return None;
@@ -175,22 +170,28 @@ fn predict<C: Operation>(
     let applicable: Vec<&str> = candidates.iter().map(|c| names[c.index]).collect();
     let bytes = at.entry.description.bytes_per_call;
     let predicted = knowledge::predict(C::OP.name(), comm_size, bytes, &applicable)?;
-    let winner = names.iter().position(|n| *n == predicted.winner)?;
+    let index = |name: &str| names.iter().position(|n| *n == name);
     let timing = match &predicted.timing {
         Some(name) => Some(Timing::parse(name)?),
         None => None,
     };
-    Some((winner, predicted, timing))
+    let proposed = consensus::Proposed {
+        winner: index(&predicted.winner)?,
+        runner_up: predicted.runner_up.as_deref().and_then(index),
+        us: predicted.us,
+        timing,
+    };
+    Some((proposed, predicted))
 }
 
-/// Every rank predicted `winner` at `us` per call: the key goes to production with it at once,
-/// and its first check is the safety net's (`drift::safety_net`). A search would have run
+/// Every rank predicted `agreed`: the key goes to production with its winner at once, and its
+/// first check is the safety net's (`drift::safety_net`). A search would have run
 /// `instances` at most. A prediction measured with another `timing` makes it the key's: the
 /// safety net measures production as that job did, and a search after it times alike.
 fn start_predicted<C: Operation>(
     at: &SlowCall<C>,
     key: &mut TunerState,
-    (winner, us): (usize, f64),
+    agreed: AgreedPrediction,
     prediction: &Predicted,
     timing: Option<Timing>,
     instances: u64,
@@ -198,6 +199,7 @@ fn start_predicted<C: Operation>(
     if timing.is_some() {
         key.timing = timing;
     }
+    let AgreedPrediction { winner, us, .. } = agreed;
     let config = runtime::config();
     let names = codelets::names(C::OP);
     key.prediction = Some(HistoryPrediction {
@@ -230,7 +232,12 @@ fn start_predicted<C: Operation>(
         )
     });
     key.timeline.push(Mark::Decision { call: at.k, winner });
-    let production = Production::new(winner, None);
+    let mut production = Production::new(winner, None);
+    production.alternative = if winner == codelets::NATIVE {
+        agreed.runner_up
+    } else {
+        Some(codelets::NATIVE)
+    };
     let first_check = at.k + check::first_check(config.tuning.drift_interval);
     at.tuner.settle(
         key,

@@ -521,6 +521,9 @@ pub struct Production {
     pub replaced: Option<(usize, f64)>,
     /// The codelet on trial, after the winner missed its prediction or won a close race.
     pub trial: Option<Trial>,
+    /// What the safety net tries when the history's predicted winner misses its time: native,
+    /// or for a predicted native the prediction's runner-up (None: dismissed at once).
+    pub alternative: Option<usize>,
 }
 
 /// A codelet on trial: the winner missed what was predicted or won a close race, so another
@@ -567,6 +570,7 @@ impl Production {
             realised_us: None,
             replaced: None,
             trial: None,
+            alternative: None,
         }
     }
 

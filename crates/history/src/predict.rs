@@ -109,6 +109,11 @@ pub struct Predicted {
     /// with_other_timings`): the safety net must measure production the same way, and a search
     /// after it use it too. None: the job's.
     pub timing: Option<String>,
+    /// The applicable codelet other than the winner with the least time where the prediction
+    /// read the winner's (interpolated as the winner's is): what the safety net tries when a
+    /// predicted `native` misses its time, so that a slower machine alone does not bring a
+    /// search. None where no other codelet was measured there.
+    pub runner_up: Option<String>,
 }
 
 /// How much a doubling of the communicator weighs against a doubling of the message (see the
@@ -625,6 +630,7 @@ impl<'a> View<'a> {
                     Some((self.time(j, &winner), vec![j]))
                 })?;
             let (us, basis) = self.in_production(&winner, estimate_us, &[&read, &from]);
+            let runner_up = self.runner_up(problem, applicable, &winner, &[&read, &from]);
             return Some(Predicted {
                 winner,
                 us,
@@ -633,6 +639,7 @@ impl<'a> View<'a> {
                 predictor,
                 from: op.sources(&from),
                 timing: None,
+                runner_up,
             });
         }
         let winner = map()?;
@@ -643,6 +650,7 @@ impl<'a> View<'a> {
                 Some((self.time(j, &winner), vec![j]))
             })?;
         let (us, basis) = self.in_production(&winner, estimate_us, &[&from]);
+        let runner_up = self.runner_up(problem, applicable, &winner, &[&from]);
         Some(Predicted {
             winner,
             us,
@@ -651,7 +659,43 @@ impl<'a> View<'a> {
             predictor: Predictor::Map,
             from: op.sources(&from),
             timing: None,
+            runner_up,
         })
+    }
+
+    /// The applicable codelet other than `winner` with the least time at `problem`: interpolated
+    /// at its communicator size where it can be, else read from the first problem of `near`
+    /// (groups of problems, nearest first) that measured it (ties: the first by name).
+    fn runner_up(
+        &self,
+        problem: &Problem,
+        applicable: &dyn Fn(&str) -> bool,
+        winner: &str,
+        near: &[&[usize]],
+    ) -> Option<String> {
+        let problems: Vec<usize> = near.iter().flat_map(|g| g.iter().copied()).collect();
+        let mut names: Vec<&str> = problems
+            .iter()
+            .flat_map(|&j| self.operation.points[j].measured.times.iter())
+            .map(|(name, _)| name.as_str())
+            .filter(|name| *name != winner && applicable(name))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let time = |name: &str| {
+            self.interpolated(problem.comm_size, problem.bytes, name)
+                .map(|(us, _)| us)
+                .or_else(|| {
+                    let j = problems.iter().find(|&&j| self.measures(j, name))?;
+                    Some(self.time(*j, name))
+                })
+        };
+        let timed = names
+            .into_iter()
+            .filter_map(|name| Some((time(name)?, name)));
+        timed
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, name)| name.to_string())
     }
 
     /// The production time of `codelet` predicted at `estimate_us` from the estimates: scaled
@@ -915,6 +959,12 @@ impl Knowledge {
                 how: entry.how,
             }],
             timing: entry.timing.clone(),
+            runner_up: entry
+                .estimates
+                .iter()
+                .filter(|e| e.codelet != entry.winner && applicable(&e.codelet))
+                .min_by(|a, b| a.us.total_cmp(&b.us))
+                .map(|e| e.codelet.clone()),
         })
     }
 
