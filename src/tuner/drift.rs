@@ -213,7 +213,7 @@ fn safety_net_trial<C: Operation>(
         return None;
     };
     end_trial(at, p);
-    let kept = !check::beaten(
+    let kept = !check::prediction_beaten(
         trial.winner_realised,
         measured_us,
         runtime::config().tuning.min_gain,
