@@ -167,12 +167,14 @@ pub struct Measured {
     /// Per codelet of `times`, sorted: the realised production time over the estimate of every
     /// job where it won and production measured it (`Entry::realised_ratio`).
     ratios: Vec<Vec<f64>>,
+    /// Every job's decision (its entry's winner), sorted.
+    decisions: Vec<String>,
 }
 
 impl Measured {
-    /// Merges the estimates of one problem, `(codelet, us)` in any order, and the realised
-    /// ratios of its winners, `(codelet, ratio)`; None without a usable estimate (finite and
-    /// positive). A ratio of a codelet without an estimate is left out.
+    /// Merges the estimates of one problem, `(codelet, us)` in any order, the realised ratios
+    /// of its winners, `(codelet, ratio)`, and the jobs' decisions; None without a usable
+    /// estimate (finite and positive). A ratio of a codelet without an estimate is left out.
     fn new(
         op: &str,
         comm_size: u32,
@@ -180,6 +182,7 @@ impl Measured {
         how: How,
         mut estimates: Vec<(&str, f64)>,
         mut ratios: Vec<(&str, f64)>,
+        decisions: Vec<&str>,
     ) -> Option<Measured> {
         estimates.retain(|(_, us)| us.is_finite() && *us > 0.0);
         estimates.sort_by(|a, b| a.0.cmp(b.0).then(a.1.total_cmp(&b.1)));
@@ -210,7 +213,31 @@ impl Measured {
             best,
             samples,
             ratios: realised,
+            decisions: {
+                let mut decisions: Vec<String> = decisions.into_iter().map(String::from).collect();
+                decisions.sort_unstable();
+                decisions
+            },
         })
+    }
+
+    /// The codelet most of the problem's jobs decided on among those `applicable` and measured
+    /// here (ties: the least time, then the first by name). A job's decision is not always
+    /// the least estimate: a codelet replaces native only if clearly faster (by
+    /// COMMTUNE_MIN_GAIN and its standard error), and production's checks correct the search.
+    pub fn decided(&self, applicable: &dyn Fn(&str) -> bool) -> Option<&str> {
+        let mut best: Option<(usize, f64, &str)> = None;
+        for run in self.decisions.chunk_by(|a, b| a == b) {
+            let codelet = run[0].as_str();
+            let Some(us) = self.time(codelet).filter(|_| applicable(codelet)) else {
+                continue;
+            };
+            let better = best.is_none_or(|(n, t, _)| run.len() > n || (run.len() == n && us < t));
+            if better {
+                best = Some((run.len(), us, codelet));
+            }
+        }
+        best.map(|(_, _, codelet)| codelet)
     }
 
     /// The time of `codelet` (the median over jobs), if some job measured it.
@@ -278,8 +305,18 @@ impl Measured {
         estimates.extend(entry.estimates.iter().map(|e| (e.codelet.as_str(), e.us)));
         ratios.extend(realised_ratio(entry));
         let how = strongest(self.how, entry.how);
-        Measured::new(&self.op, self.comm_size, self.bytes, how, estimates, ratios)
-            .expect("a measured problem keeps its estimates")
+        let mut decisions: Vec<&str> = self.decisions.iter().map(String::as_str).collect();
+        decisions.push(&entry.winner);
+        Measured::new(
+            &self.op,
+            self.comm_size,
+            self.bytes,
+            how,
+            estimates,
+            ratios,
+            decisions,
+        )
+        .expect("a measured problem keeps its estimates")
     }
 }
 
@@ -327,7 +364,8 @@ pub fn merge(entries: &[Entry]) -> Vec<Measured> {
                 .flat_map(|e| e.estimates.iter().map(|e| (e.codelet.as_str(), e.us)))
                 .collect();
             let ratios = jobs.iter().filter_map(|e| realised_ratio(e)).collect();
-            Measured::new(op, comm_size, bytes, how, estimates, ratios)
+            let decisions = jobs.iter().map(|e| e.winner.as_str()).collect();
+            Measured::new(op, comm_size, bytes, how, estimates, ratios, decisions)
         })
         .collect()
 }
@@ -612,14 +650,16 @@ impl<'a> View<'a> {
         };
         let chosen = match predictor {
             _ if covering.is_empty() => None,
-            Predictor::Closest => closest(op, &covering),
-            Predictor::Vote => vote(op, &covering),
+            Predictor::Closest => closest(op, &covering, applicable),
+            Predictor::Vote => vote(op, &covering, applicable),
             // The same problem measured decides alone, as in the vote: another run's measurement
             // of it predicted a later run's best better than a fit through its neighbours.
-            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => closest(op, &covering),
+            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => {
+                closest(op, &covering, applicable)
+            }
             Predictor::Fit => self
                 .fastest_fitted(problem, applicable)
-                .or_else(|| vote(op, &covering)),
+                .or_else(|| vote(op, &covering, applicable)),
             Predictor::Map => None,
         };
         if let Some((winner, from)) = chosen {
@@ -994,6 +1034,7 @@ impl Knowledge {
                 entry.how,
                 estimates,
                 realised_ratio(&entry).into_iter().collect(),
+                vec![entry.winner.as_str()],
             ) else {
                 return;
             };
@@ -1154,22 +1195,35 @@ fn weighted_line_at_zero(samples: &[(f64, f64, f64)]) -> f64 {
     my - sxy / sxx * mx
 }
 
-/// The closest covering problem's winner (ties: the first problem).
-fn closest(op: &Operation, covering: &[(f64, usize)]) -> Option<(String, Vec<usize>)> {
-    let &(_, j) = covering
+/// The closest covering problem's winner (ties: the first problem); at distance 0, what its
+/// jobs decided (`Measured::decided`), else its fastest codelet.
+fn closest(
+    op: &Operation,
+    covering: &[(f64, usize)],
+    applicable: &dyn Fn(&str) -> bool,
+) -> Option<(String, Vec<usize>)> {
+    let &(d, j) = covering
         .iter()
         .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))?;
-    Some((op.points[j].winner.clone(), vec![j]))
+    let point = &op.points[j];
+    let decided = (d == 0.0)
+        .then(|| point.measured.decided(applicable))
+        .flatten();
+    Some((decided.unwrap_or(&point.winner).to_string(), vec![j]))
 }
 
 /// The winner with the most 1/distance weight among the covering problems (a problem at
 /// distance 0 decides alone; ties: the first codelet by name), and the problems that chose it,
 /// closest first.
-fn vote(op: &Operation, covering: &[(f64, usize)]) -> Option<(String, Vec<usize>)> {
+fn vote(
+    op: &Operation,
+    covering: &[(f64, usize)],
+    applicable: &dyn Fn(&str) -> bool,
+) -> Option<(String, Vec<usize>)> {
     let mut by_distance = covering.to_vec();
     by_distance.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     if by_distance.first()?.0 == 0.0 {
-        return closest(op, &by_distance);
+        return closest(op, &by_distance, applicable);
     }
     let mut weights: BTreeMap<&str, f64> = BTreeMap::new();
     for &(d, j) in &by_distance {

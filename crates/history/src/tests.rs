@@ -479,7 +479,8 @@ fn hostile_entries_never_panic() {
                 },
                 &|_| true,
             );
-            assert_eq!(ring.map(|p| p.winner), Some("native".to_string()));
+            // The job's decision at exactly this size, though native's estimate is the least.
+            assert_eq!(ring.map(|p| p.winner), Some("ring".to_string()));
             // Decisions of the run added one by one, as the library learns them.
             for e in hostile() {
                 knowledge.add(e);
