@@ -57,7 +57,8 @@ pub struct Vote {
     /// None when a search of the key pays for itself now, else the communicator instance from
     /// which it will (`checkpoints::worth_at`).
     pub not_worth_until: Option<u64>,
-    /// What a checkpoint costs this rank in calls of the key (0: not known yet).
+    /// What a checkpoint costs this rank in calls of the key (0: not known yet, or the key is
+    /// still warming up).
     pub checkpoint_over_call: f64,
 }
 
@@ -65,9 +66,10 @@ pub struct Vote {
 /// do (an entry learnt in this run is converted from clock ticks on each rank).
 const SAME_TIME: f64 = 0.01;
 
-/// What a checkpoint found, and what it costs in calls (the largest of the ranks' views; 0: not
-/// known yet), whatever it found: a communicator whose keys are all settled finds nothing at
-/// every checkpoint, and those must space out by their cost too.
+/// What a checkpoint found, and what it costs in calls (the largest of the ranks' views; 0 where
+/// some rank does not know it yet or is at a call still warming up), whatever it found: a
+/// communicator whose calls are all settled finds nothing at every checkpoint, and those must
+/// space out by their cost too.
 pub struct Checkpointed {
     pub found: Checkpoint,
     pub checkpoint_over_call: f64,
@@ -121,7 +123,7 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpointed> {
     };
     Ok(Checkpointed {
         found,
-        checkpoint_over_call: value(ratio.max),
+        checkpoint_over_call: if ratio.min > 0 { value(ratio.max) } else { 0.0 },
     })
 }
 

@@ -81,7 +81,13 @@ pub(super) fn checkpoint<C: Operation>(
         key: warm.then_some(at.key.agree_hash()),
         predicted: prediction.as_ref().map(|(proposed, _)| *proposed),
         not_worth_until,
-        checkpoint_over_call: in_calls(comm.checkpoint, key, at.k),
+        // A rank at a call still warming up says nothing of the cost: that call will want a
+        // checkpoint soon, which the cost's spacing must not put off.
+        checkpoint_over_call: if matches!(key.phase, Phase::Warmup) && !warm {
+            0.0
+        } else {
+            in_calls(comm.checkpoint, key, at.k)
+        },
     };
     let checkpointed = consensus::checkpoint(&private, &vote);
     if !first {

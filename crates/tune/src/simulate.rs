@@ -964,7 +964,9 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         }
         if !matches!(phase, Phase::Search(_)) && k > next_checkpoint {
             sim.consensus();
-            spacing.weigh(checkpoint_over_call);
+            if !matches!(phase, Phase::Warmup) || k >= settings.warmup {
+                spacing.weigh(checkpoint_over_call);
+            }
             let found = match phase {
                 Phase::Warmup if k >= settings.warmup && worth(k) => {
                     searches += 1;
