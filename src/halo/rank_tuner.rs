@@ -499,9 +499,9 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
 /// window: within COMMTUNE_PMAX confirms it (production goes on, as after a search its
 /// self-check kept). Slower, the entry's runner-up (else native) runs the next window, and
 /// this is called again at its end (with `realised` the alternative's): an alternative that
-/// does not do clearly better keeps the prediction (`check::prediction_beaten`: the machine is slower
-/// than when the history measured the winner, not the winner alone); one that does, or no
-/// alternative, dismisses it, and the class is searched from here.
+/// does not do clearly better keeps the prediction (`check::prediction_beaten`: the machine is
+/// slower than when the history measured the winner, not the winner alone); one that does, or
+/// no alternative, dismisses it, and the class is searched from here.
 fn safety_net(t: &mut EpisodeTuner, predicted: Prediction, predicted_us: f64, realised: f64) {
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     let Some(p) = &mut t.production else {

@@ -10,7 +10,7 @@ use commtune_tune::{Agreed, Timing};
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Checkpoint {
     /// Every rank is at the same key and it has warmed up: the history's prediction when every
-    /// rank predicted the same winner and time; `not_worth_until`: None when every rank found a
+    /// rank predicted the same winner, time and timing; `not_worth_until`: None when every rank found a
     /// search worth its cost (do no harm), else the communicator instance from which every rank
     /// will (the latest of the ranks').
     Agreed {

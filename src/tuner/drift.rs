@@ -1,7 +1,7 @@
 //! Checks of keys in production. The first after a prediction from the history is the safety
 //! net: the predicted winner's measured time against the predicted time, and after a miss a
-//! trial of `native` (of the prediction's runner-up where native is the winner), which only
-//! keeps the prediction if it does no better. The first after a
+//! trial of `native` (of the prediction's runner-up where native is the winner), which keeps
+//! the prediction unless it does clearly better (`check::prediction_beaten`). The first after a
 //! search's decision is the self-check: the winner's realised time against what the search
 //! predicted, timed as the search timed and reduced over ranks alike; a decision it finds clearly
 //! wrong reopens the search once with the other timing, and a second wrong one keeps the
@@ -153,9 +153,9 @@ fn agreed_us(comm: &CommTunerState, ticks: f64) -> Option<f64> {
 
 /// The safety net of a key that started from the history's prediction: its winner's measured
 /// time per call (agreed: the maximum over ranks) within COMMTUNE_PMAX of the predicted time
-/// confirms the prediction. Slower, `native` runs the next window (`safety_net_trial`), or with
-/// `native` the winner the prediction is dismissed and the key is searched (returns the search
-/// step).
+/// confirms the prediction. Slower, its alternative (`Production::alternative`: native, or for
+/// a predicted native the prediction's runner-up) runs the next window (`safety_net_trial`); with
+/// none the prediction is dismissed and the key is searched (returns the search step).
 fn safety_net<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,

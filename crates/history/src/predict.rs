@@ -109,10 +109,11 @@ pub struct Predicted {
     /// with_other_timings`): the safety net must measure production the same way, and a search
     /// after it use it too. None: the job's.
     pub timing: Option<String>,
-    /// The applicable codelet other than the winner with the least time where the prediction
-    /// read the winner's (interpolated as the winner's is): what the safety net tries when a
+    /// The applicable codelet other than the winner with the least time at the problem
+    /// (interpolated as the winner's is, else read where the winner's was; for a decision of
+    /// another timing, its entry's least other estimate): what the safety net tries when a
     /// predicted `native` misses its time, so that a slower machine alone does not bring a
-    /// search. None where no other codelet was measured there.
+    /// search. None where no other applicable codelet has a time there.
     pub runner_up: Option<String>,
 }
 
@@ -167,7 +168,8 @@ pub struct Measured {
     /// Per codelet of `times`, sorted: the realised production time over the estimate of every
     /// job where it won and production measured it (`Entry::realised_ratio`).
     ratios: Vec<Vec<f64>>,
-    /// Every job's decision (its entry's winner), sorted.
+    /// The decisions (entries' winners) of the jobs that searched or calibrated the problem,
+    /// sorted (`decision`).
     decisions: Vec<String>,
 }
 
@@ -221,8 +223,8 @@ impl Measured {
         })
     }
 
-    /// The codelet most of the problem's jobs decided on among those `applicable` and measured
-    /// here (ties: the least time, then the first by name). A job's decision is not always
+    /// The codelet most of the problem's searching jobs decided on among those `applicable` and
+    /// measured here (ties: the least time, then the first by name). A job's decision is not always
     /// the least estimate: a codelet replaces native only if clearly faster (by
     /// COMMTUNE_MIN_GAIN and its standard error), and production's checks correct the search.
     pub fn decided(&self, applicable: &dyn Fn(&str) -> bool) -> Option<&str> {
@@ -306,7 +308,7 @@ impl Measured {
         ratios.extend(realised_ratio(entry));
         let how = strongest(self.how, entry.how);
         let mut decisions: Vec<&str> = self.decisions.iter().map(String::as_str).collect();
-        decisions.push(&entry.winner);
+        decisions.extend(decision(entry));
         Measured::new(
             &self.op,
             self.comm_size,
@@ -318,6 +320,12 @@ impl Measured {
         )
         .expect("a measured problem keeps its estimates")
     }
+}
+
+/// The entry's winner if a search or a calibration chose it: a confirmed prediction repeats
+/// what the store said, and letting it vote would outweigh a later search that found otherwise.
+fn decision(entry: &Entry) -> Option<&str> {
+    (entry.how != How::PredictionConfirmed).then_some(entry.winner.as_str())
 }
 
 /// The entry's winner with its realised ratio, if production measured it.
@@ -364,7 +372,7 @@ pub fn merge(entries: &[Entry]) -> Vec<Measured> {
                 .flat_map(|e| e.estimates.iter().map(|e| (e.codelet.as_str(), e.us)))
                 .collect();
             let ratios = jobs.iter().filter_map(|e| realised_ratio(e)).collect();
-            let decisions = jobs.iter().map(|e| e.winner.as_str()).collect();
+            let decisions = jobs.iter().filter_map(|e| decision(e)).collect();
             Measured::new(op, comm_size, bytes, how, estimates, ratios, decisions)
         })
         .collect()
@@ -1034,7 +1042,7 @@ impl Knowledge {
                 entry.how,
                 estimates,
                 realised_ratio(&entry).into_iter().collect(),
-                vec![entry.winner.as_str()],
+                decision(&entry).into_iter().collect(),
             ) else {
                 return;
             };

@@ -228,6 +228,22 @@ fn a_measured_problem_predicts_what_its_jobs_decided() {
     let not_native = |c: &str| c != "native";
     let p = knowledge.predict(&problem("allreduce", 4, 8), &not_native);
     assert_eq!(p.unwrap().winner, "recursive_doubling");
+    // Confirmed predictions repeat what the store said: two later searches outweigh three.
+    let confirmed = |_| {
+        let mut e = job("native", 49.3);
+        e.how = How::PredictionConfirmed;
+        e
+    };
+    let mut later: Vec<Entry> = (0..3).map(confirmed).collect();
+    later.extend([
+        job("recursive_doubling", 46.0),
+        job("recursive_doubling", 47.0),
+    ]);
+    let knowledge = Knowledge::new(&later, 0.1);
+    let p = knowledge
+        .predict(&problem("allreduce", 4, 8), &any)
+        .unwrap();
+    assert_eq!(p.winner, "recursive_doubling", "{p:?}");
 }
 
 #[test]
