@@ -218,16 +218,16 @@ fn a_measured_problem_predicts_what_its_jobs_decided() {
         job("native", 49.5),
         job("recursive_doubling", 47.0),
     ];
-    let knowledge = Knowledge::new(&entries, 0.1);
-    let p = knowledge
-        .predict(&problem("allreduce", 4, 8), &any)
-        .unwrap();
+    let predict = |entries: &[Entry], applicable: &dyn Fn(&str) -> bool| {
+        let knowledge = Knowledge::new(entries, 0.1);
+        knowledge.predict(&problem("allreduce", 4, 8), applicable)
+    };
+    let p = predict(&entries, &any).unwrap();
     assert_eq!(p.winner, "native", "{p:?}");
     assert_eq!(p.us, 51.6);
     assert_eq!(p.runner_up.as_deref(), Some("recursive_doubling"));
-    let not_native = |c: &str| c != "native";
-    let p = knowledge.predict(&problem("allreduce", 4, 8), &not_native);
-    assert_eq!(p.unwrap().winner, "recursive_doubling");
+    let p = predict(&entries, &|c| c != "native").unwrap();
+    assert_eq!(p.winner, "recursive_doubling");
     // Confirmed predictions repeat what the store said: two later searches outweigh three.
     let confirmed = |_| {
         let mut e = job("native", 49.3);
@@ -239,10 +239,7 @@ fn a_measured_problem_predicts_what_its_jobs_decided() {
         job("recursive_doubling", 46.0),
         job("recursive_doubling", 47.0),
     ]);
-    let knowledge = Knowledge::new(&later, 0.1);
-    let p = knowledge
-        .predict(&problem("allreduce", 4, 8), &any)
-        .unwrap();
+    let p = predict(&later, &any).unwrap();
     assert_eq!(p.winner, "recursive_doubling", "{p:?}");
 }
 
