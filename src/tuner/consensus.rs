@@ -82,18 +82,16 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpointed> {
     let bits = |x: f64| x.max(0.0).to_bits() as i64;
     let hash = vote.key.map_or(0, |h| (h >> 2).max(1) as i64);
     let ready = i64::from(vote.key.is_some());
-    let winner = vote.predicted.as_ref().map_or(0, |p| p.winner as i64 + 1);
+    let winner = vote.predicted.map_or(0, |p| p.winner as i64 + 1);
     let runner_up = vote
         .predicted
-        .as_ref()
         .and_then(|p| p.runner_up)
         .map_or(0, |r| r as i64 + 1);
-    let time = vote.predicted.as_ref().map_or(0, |p| bits(p.us));
+    let time = vote.predicted.map_or(0, |p| bits(p.us));
     // A prediction of another timing makes the key search and check with it: its ranks must
     // agree on the timing too (barrier timing holds barriers the others do not).
     let timing = vote
         .predicted
-        .as_ref()
         .map_or(0, |p| p.timing.map_or(1, |t| t as i64 + 2));
     // 0 is "worth it now"; an instance is at least 1.
     let until = vote
