@@ -187,7 +187,8 @@ pub struct TuningData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_s: Option<f64>,
     /// The time the winner saved in this run, as measured (None: native kept, not in
-    /// production, or too few timed calls to tell).
+    /// production, too few timed calls to tell, or the self-check ran a trial, whose times
+    /// `check` holds: production missed the search's times, so they compare with nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saving: Option<Saving>,
     /// The latest self-check of a decision: the search's prediction against the winner's

@@ -112,9 +112,13 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
                 .join(" "),
         };
         if let Some(c) = &t.check {
+            let trial = match (&c.runner_up, c.runner_up_realised_us) {
+                (Some(name), Some(us)) => format!(", {name} {} in a trial", micros(us)),
+                _ => String::new(),
+            };
             let _ = write!(
                 detail,
-                "; predicted {} realised {} ({}, {})",
+                "; predicted {} realised {}{trial} ({}, {})",
                 micros(c.predicted_us),
                 micros(c.realised_us),
                 c.timing,
@@ -227,7 +231,7 @@ pub(crate) fn micros(us: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Aborted, check_version};
+    use crate::{Aborted, SelfCheck, check_version};
 
     /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
     const VERSION_1: &str = include_str!("../tests/data/version-1.json");
@@ -300,6 +304,27 @@ mod tests {
             summary(&r, 10)
         };
         assert!(loss.contains("cost 2.00 ms"), "{loss}");
+    }
+
+    #[test]
+    fn a_self_check_shows_its_trial() {
+        let mut report = version_1();
+        report.sites[0].tuning.as_mut().unwrap().check = Some(SelfCheck {
+            predicted_us: 60.1,
+            realised_us: 242.5,
+            runner_up: Some("native".into()),
+            runner_up_us: Some(75.8),
+            runner_up_realised_us: Some(241.1),
+            timing: "barrier".into(),
+            verdict: "kept".into(),
+        });
+        let text = summary(&report, 10);
+        assert!(
+            text.contains(
+                "predicted 60.1 us realised 242.5 us, native 241.1 us in a trial (barrier, kept)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
