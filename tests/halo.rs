@@ -396,6 +396,14 @@ fn an_episode_of_one_message_is_not_tuned() {
             0,
             "{site:#}"
         );
+        // Not "warming up, called 0 times": the site was called, and will never be tuned.
+        assert_eq!(site["tuning"]["phase"], "untuned", "{site:#}");
+        assert!(
+            site["tuning"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("no episode had two messages")),
+            "{site:#}"
+        );
     }
 }
 

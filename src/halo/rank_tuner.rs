@@ -848,6 +848,11 @@ impl Search {
     }
 }
 
+/// Why a key whose episodes never had two messages (to peers other than `MPI_PROC_NULL`) is not
+/// tuned.
+const NO_EXCHANGE: &str = "not tuned: no episode had two messages to exchange (halo codelets \
+     reorder, batch or repackage an exchange's messages)";
+
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
     let Some(class) = CLASS_OF.get(&entry.id()).map(|c| c.clone()) else {
@@ -862,9 +867,15 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     let names = codelets::names(Op::Halo);
     let class = CLASS_OF.get(&entry.id()).map(|c| c.clone());
     let Some(t) = class.as_ref().map(|c| lock(&c.tuner)) else {
+        // Every completed episode of a tunable key has a class: one called without is one
+        // whose episodes never had two messages (`episode`'s `exchange`).
+        let (stage, reason) = match entry.calls() {
+            0 => (Stage::Warmup, warmup_reason(0, warmup)),
+            _ => (Stage::Untuned, NO_EXCHANGE.to_string()),
+        };
         return Progress {
-            stage: Stage::Warmup,
-            reason: Some(warmup_reason(0, warmup)),
+            stage,
+            reason: Some(reason),
             plan: None,
             search_instances: 0,
             searches: 0,
