@@ -656,15 +656,17 @@ impl<'a> View<'a> {
             Predictor::Map => Vec::new(),
             _ => self.covering(x, y, applicable),
         };
+        // The same problem measured decides alone, as in the vote: another run's measurement of
+        // it predicted a later run's best better than a fit through its neighbours. The closest
+        // problem is then what predicted, and the report says so.
+        let predictor = match predictor {
+            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => Predictor::Closest,
+            other => other,
+        };
         let chosen = match predictor {
             _ if covering.is_empty() => None,
             Predictor::Closest => closest(op, &covering, applicable),
             Predictor::Vote => vote(op, &covering, applicable),
-            // The same problem measured decides alone, as in the vote: another run's measurement
-            // of it predicted a later run's best better than a fit through its neighbours.
-            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => {
-                closest(op, &covering, applicable)
-            }
             Predictor::Fit => self
                 .fastest_fitted(problem, applicable)
                 .or_else(|| vote(op, &covering, applicable)),

@@ -406,7 +406,10 @@ fn the_fit_sees_a_crossover_that_the_winners_around_it_outvote() {
     let measured = knowledge
         .predict(&problem("allgatherv", 2, 1 << 15), &any)
         .unwrap();
-    assert_eq!(measured.winner, "quadratic");
+    assert_eq!(
+        (measured.winner.as_str(), measured.predictor),
+        ("quadratic", Predictor::Closest)
+    );
     let from: Vec<u64> = measured.from.iter().map(|s| s.bytes).collect();
     assert_eq!(from, [1 << 15]);
     // Leave-one-out over the same problems: the fit misses no more than the vote.
