@@ -187,8 +187,8 @@ pub struct TuningData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_s: Option<f64>,
     /// The time the winner saved in this run, as measured (None: native kept, not in
-    /// production, too few timed calls to tell, or the self-check ran a trial, whose times
-    /// `check` holds: production missed the search's times, so they compare with nothing).
+    /// production, too few timed calls to tell, or a winner whose production missed the
+    /// search's time: see `check`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saving: Option<Saving>,
     /// The latest self-check of a decision: the search's prediction against the winner's
@@ -210,8 +210,9 @@ pub struct TuningData {
 /// searched.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct HistoryPrediction {
-    /// How it was predicted: closest (the nearest entry), vote (entries near enough, weighted by
-    /// 1/distance) or map (the decision map).
+    /// How it was predicted: closest (the nearest entry; the same problem, where it was
+    /// measured), vote (entries near enough, weighted by 1/distance), fit (every codelet's times
+    /// fitted along the message size) or map (the decision map).
     pub predictor: String,
     /// The entries it came from.
     pub from: Vec<HistorySource>,
@@ -303,8 +304,8 @@ pub struct SelfCheck {
     pub runner_up: Option<String>,
     pub runner_up_us: Option<f64>,
     /// (Version 6) The runner-up's realised time per call in a trial window of production,
-    /// run when the winner missed its prediction: the decision is wrong only if it beats the
-    /// winner's `realised_us`.
+    /// run when the winner missed its prediction or won a close race: the decision is wrong
+    /// only if it beats the winner's `realised_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_up_realised_us: Option<f64>,
     /// How the search timed its samples (local, barrier, period).

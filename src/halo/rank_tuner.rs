@@ -850,8 +850,8 @@ impl Search {
 
 /// Why a key whose episodes never had two messages (to peers other than `MPI_PROC_NULL`) is not
 /// tuned.
-const NO_EXCHANGE: &str = "not tuned: no episode had two messages to exchange (halo codelets \
-     reorder, batch or repackage an exchange's messages)";
+const NO_EXCHANGE: &str = "not tuned: no episode had two messages to or from other ranks (halo \
+     codelets reorder, batch or repackage an exchange's messages)";
 
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use commtune_report::{KeyData, Op, Saving, SiteData, TuningData};
+use commtune_tune::check;
 use hdrhistogram::Histogram;
 
 use super::Description;
@@ -240,13 +241,9 @@ impl Entry {
 }
 
 /// What the winner of a key in production saved on this rank, as measured: its production calls
-/// against native's calls in the search (None: native kept, too few timed calls, or a self-check
-/// trial ran). A trial runs when the winner's production calls missed what the search measured:
-/// then the search's samples do not stand for production (after a barrier they leave out the
-/// application's own waits: LAMMPS's neighbour-check allreduce on the 1 Gbit/s rig realised 242
-/// µs against 60 in the search, native 241 in its trial, and the search's 47 µs of native
-/// claimed a loss of 43 ms that forcing either codelet did not show); the trial's times are in
-/// the check.
+/// against native's calls in the search (None: native kept, too few timed calls, or a winner
+/// that missed its prediction: then native's search calls do not stand for production either,
+/// LD_PRELOAD.md "The report").
 fn saving(
     tuning: &TuningData,
     names: &[&str],
@@ -258,11 +255,7 @@ fn saving(
         .iter()
         .position(|n| Some(*n) == tuning.winner.as_deref())
         .filter(|&w| w != 0 && tuning.phase == "production")?;
-    if tuning
-        .check
-        .as_ref()
-        .is_some_and(|c| c.runner_up_realised_us.is_some())
-    {
+    if tuning.check.as_ref().is_some_and(check::missed) {
         return None;
     }
     let production = calls[winner].saturating_sub(s.search[winner].n);

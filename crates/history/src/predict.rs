@@ -656,11 +656,13 @@ impl<'a> View<'a> {
             Predictor::Map => Vec::new(),
             _ => self.covering(x, y, applicable),
         };
-        // The same problem measured decides alone, as in the vote: another run's measurement of
-        // it predicted a later run's best better than a fit through its neighbours. The closest
-        // problem is then what predicted, and the report says so.
+        // The same problem measured decides alone: another run's measurement of it predicted a
+        // later run's best better than a fit through its neighbours. The closest problem is then
+        // what predicted, and the report says so.
         let predictor = match predictor {
-            Predictor::Fit if covering.iter().any(|&(d, _)| d == 0.0) => Predictor::Closest,
+            Predictor::Fit | Predictor::Vote if covering.iter().any(|&(d, _)| d == 0.0) => {
+                Predictor::Closest
+            }
             other => other,
         };
         let chosen = match predictor {

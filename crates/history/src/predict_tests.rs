@@ -369,6 +369,14 @@ fn vote_weighs_by_inverse_distance_and_closest_takes_the_nearest() {
     assert_eq!(vote.winner, "y");
     let from: Vec<u64> = vote.from.iter().map(|s| s.bytes).collect();
     assert_eq!(from, [8192, 16384]);
+    // A problem measured exactly decides alone, and says so.
+    let measured = knowledge
+        .predict_with(&problem("allreduce", 4, 2048), &any, Predictor::Vote)
+        .unwrap();
+    assert_eq!(
+        (measured.winner.as_str(), measured.predictor),
+        ("x", Predictor::Closest)
+    );
 }
 
 #[test]

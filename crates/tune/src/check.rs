@@ -419,6 +419,12 @@ impl Prediction {
     }
 }
 
+/// Whether a self-check's winner missed its prediction (by more than `MARGIN`, as
+/// `Prediction::missed`): its production calls then do not run as the search's samples did.
+pub fn missed(check: &SelfCheck) -> bool {
+    check.realised_us > check.predicted_us * (1.0 + MARGIN)
+}
+
 /// Where a halo decision's lead checks run: a window of this many times the self-check's
 /// instances (32 at the default COMMTUNE_DRIFT_INTERVAL). On the 1 Gbit/s rig the codelets that
 /// post every message at once stall for about 20 ms in 8 to 12 % of 64 KiB episodes (their
