@@ -445,10 +445,6 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
 /// Why halo codelets that need every MPI call to pass through the library do not apply.
 const HIDDEN: &str = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
 
-/// Why an episode of one message is never tuned (the report's note).
-const SINGLE_MESSAGE: &str =
-    "one message: not tuned (halo codelets reorder, batch or repackage an exchange's messages)";
-
 /// What keeps halo codelets from changing an episode, for the report.
 fn limits(ops: &[Posted]) -> Vec<String> {
     let real: Vec<&Posted> = ops.iter().filter(|o| o.peer != mpi::proc_null()).collect();
@@ -457,7 +453,10 @@ fn limits(ops: &[Posted]) -> Vec<String> {
     }
     let mut notes = Vec::new();
     if real.len() == 1 {
-        notes.push(SINGLE_MESSAGE.into());
+        notes.push(format!(
+            "one message: not tuned ({})",
+            rank_tuner::NOT_AN_EXCHANGE
+        ));
     }
     if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
         notes.push("halo codelet persistent: counts beyond an int are posted natively".into());

@@ -848,10 +848,10 @@ impl Search {
     }
 }
 
-/// Why a key whose episodes never had two messages (to peers other than `MPI_PROC_NULL`) is not
-/// tuned.
-const NO_EXCHANGE: &str = "not tuned: no episode had two messages to or from other ranks (halo \
-     codelets reorder, batch or repackage an exchange's messages)";
+/// Why an episode of fewer than two messages (to peers other than `MPI_PROC_NULL`) is never
+/// tuned: the report's note of such an episode and the reason of its key.
+pub const NOT_AN_EXCHANGE: &str =
+    "halo codelets reorder, batch or repackage an exchange's messages";
 
 /// Whether this rank decided its codelet for `entry`.
 pub fn is_settled(entry: &Entry) -> bool {
@@ -871,7 +871,13 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
         // whose episodes never had two messages (`episode`'s `exchange`).
         let (stage, reason) = match entry.calls() {
             0 => (Stage::Warmup, warmup_reason(0, warmup)),
-            _ => (Stage::Untuned, NO_EXCHANGE.to_string()),
+            _ => (
+                Stage::Untuned,
+                format!(
+                    "not tuned: no episode had two messages to or from other ranks \
+                     ({NOT_AN_EXCHANGE})"
+                ),
+            ),
         };
         return Progress {
             stage,

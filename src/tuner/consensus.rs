@@ -10,9 +10,9 @@ use commtune_tune::{Agreed, Timing};
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Checkpoint {
     /// Every rank is at the same key and it has warmed up: the history's prediction when every
-    /// rank predicted the same winner, time and timing; `not_worth_until`: None when every rank found a
-    /// search worth its cost (do no harm), else the communicator instance from which every rank
-    /// will (the latest of the ranks').
+    /// rank predicted the same winner, time and timing; `not_worth_until`: None when every rank
+    /// found a search worth its cost (do no harm), else the communicator instance from which
+    /// every rank will (the latest of the ranks').
     Agreed {
         prediction: Option<AgreedPrediction>,
         not_worth_until: Option<u64>,

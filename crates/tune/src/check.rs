@@ -351,7 +351,7 @@ impl Prediction {
     /// Whether the winner's `realised` time missed its prediction clearly (by more than
     /// `MARGIN`).
     fn missed(&self, realised: f64) -> bool {
-        realised > self.winner * (1.0 + MARGIN)
+        beyond_margin(realised, self.winner)
     }
 
     /// Judges a decision after its runner-up ran in production for a window and realised
@@ -422,7 +422,12 @@ impl Prediction {
 /// Whether a self-check's winner missed its prediction (by more than `MARGIN`, as
 /// `Prediction::missed`): its production calls then do not run as the search's samples did.
 pub fn missed(check: &SelfCheck) -> bool {
-    check.realised_us > check.predicted_us * (1.0 + MARGIN)
+    beyond_margin(check.realised_us, check.predicted_us)
+}
+
+/// Whether `realised` exceeds `predicted` by more than `MARGIN` (any one unit).
+fn beyond_margin(realised: f64, predicted: f64) -> bool {
+    realised > predicted * (1.0 + MARGIN)
 }
 
 /// Where a halo decision's lead checks run: a window of this many times the self-check's
