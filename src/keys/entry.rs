@@ -242,7 +242,8 @@ impl Entry {
 
 /// What the winner of a key in production saved on this rank, as measured: its production calls
 /// against native's calls in the search (None: native kept, too few timed calls, or a winner
-/// that missed its prediction: then native's search calls do not stand for production either,
+/// that missed its prediction unless it still measurably saved: what its production calls pay
+/// beyond its samples, native's would pay too, so a saving understates and a cost overstates,
 /// LD_PRELOAD.md "The report").
 fn saving(
     tuning: &TuningData,
@@ -255,11 +256,11 @@ fn saving(
         .iter()
         .position(|n| Some(*n) == tuning.winner.as_deref())
         .filter(|&w| w != 0 && tuning.phase == "production")?;
-    if tuning.check.as_ref().is_some_and(check::missed) {
-        return None;
-    }
     let production = calls[winner].saturating_sub(s.search[winner].n);
     let (saved, low, high) = estimate::saving(&s.search[0], &s.sample[winner], production)?;
+    if low <= 0.0 && tuning.check.as_ref().is_some_and(check::missed) {
+        return None;
+    }
     let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
     let seconds = |ticks: f64| ticks * ns_per_tick * 1e-9;
     Some(Saving {
