@@ -46,8 +46,10 @@ pub struct Delay {
     pub op: Op,
     pub codelet: usize,
     pub duration: Duration,
-    /// The delay applies from this instance of each key on (0: always).
+    /// The delay applies from this instance of each key on (0: always), to one instance in
+    /// `every` (1: each).
     pub after: u64,
+    pub every: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -114,7 +116,12 @@ impl Config {
     pub fn delay(&self, op: Op, codelet: usize, instance: u64) -> Option<Duration> {
         self.delays
             .iter()
-            .find(|d| d.op == op && d.codelet == codelet && instance >= d.after)
+            .find(|d| {
+                d.op == op
+                    && d.codelet == codelet
+                    && instance >= d.after
+                    && (instance - d.after).is_multiple_of(d.every)
+            })
             .map(|d| d.duration)
     }
 }
@@ -201,7 +208,7 @@ pub const KNOBS: &[Knob] = &[
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
-        "op:codelet=duration[@instance],... e.g. allreduce:native=300us (test only)",
+        "op:codelet=duration[@instance[/every]],... e.g. allreduce:native=300us (test only)",
     ),
 ];
 
@@ -425,26 +432,32 @@ fn codelet_list(
     list
 }
 
-/// `allreduce:native=300us,alltoall:bruck=1ms@200`.
+/// `allreduce:native=300us,alltoall:bruck=1ms@200,allreduce:ring=60ms@60/4`.
 fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
     let mut list = Vec::new();
     for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let parsed = item
             .split_once('=')
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
-            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance]"))
+            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance[/every]]"))
             .and_then(|((op, codelet), when)| {
                 let (op, codelet) = codelet_of(op.trim(), codelet.trim(), names)?;
-                let (duration, after) = match when.split_once('@') {
-                    Some((d, a)) => (d, a.trim().parse::<u64>().map_err(|_| bad_after(item))?),
-                    None => (when, 0),
-                };
+                let (duration, from) = when.split_once('@').unwrap_or((when, "0"));
+                let (after, every) = from.split_once('/').unwrap_or((from, "1"));
+                let after = after.trim().parse::<u64>().map_err(|_| bad_after(item))?;
+                let every = every
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&e| e > 0)
+                    .ok_or_else(|| bad_every(item))?;
                 let duration = parse_duration(duration.trim()).ok_or_else(|| bad_duration(item))?;
                 Ok(Delay {
                     op,
                     codelet,
                     duration,
                     after,
+                    every,
                 })
             });
         match parsed {
@@ -457,6 +470,10 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
 
 fn bad_after(item: &str) -> String {
     format!("`{item}`: the instance after @ must be a whole number")
+}
+
+fn bad_every(item: &str) -> String {
+    format!("`{item}`: the interval after / must be a whole number from 1")
 }
 
 fn bad_duration(item: &str) -> String {
@@ -660,6 +677,24 @@ mod tests {
         );
         assert_eq!(parse_duration("-1ms"), None);
         assert_eq!(parse_duration("5"), None);
+    }
+
+    #[test]
+    fn delays_in_one_call_of_every_few_fall_back_to_the_next_item() {
+        let (c, problems) = parse([(
+            "COMMTUNE_INJECT_DELAY",
+            "allreduce:ring=60ms@60/4,allreduce:ring=4ms,allreduce:linear=1ms@2/0",
+        )]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("interval after / must be"),
+            "{problems:?}"
+        );
+        let ring = index(Op::Allreduce, "ring");
+        let delays: Vec<u128> = (58..=65)
+            .map(|k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
+            .collect();
+        assert_eq!(delays, [4, 4, 60, 4, 4, 4, 60, 4]);
     }
 
     #[test]

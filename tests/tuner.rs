@@ -400,6 +400,63 @@ fn drift_checks_of_a_steady_key_space_out() {
     }
 }
 
+/// ring wins the search (4 ms a call, recursive_doubling 8, every other codelet 20) and holds
+/// its estimate in the self-check's window; from call 60 on one call in four stalls for 60 ms,
+/// which leaves the drift checks' medians at 4 ms and makes each window's mean 14 to 18 ms. Two
+/// drift checks in a row find recursive_doubling's 8 ms clearly ahead, and it runs from the
+/// second on: no search again.
+fn a_winner_that_stalls_hands_over_to_the_lead(flavour: Flavour, np: usize) {
+    let mut delays = vec![
+        "allreduce:recursive_doubling=8ms".to_string(),
+        "allreduce:ring=60ms@60/4".to_string(),
+        "allreduce:ring=4ms".to_string(),
+    ];
+    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "20ms"));
+    let job = tuned_loop(
+        flavour,
+        np,
+        "lead",
+        "150",
+        &[
+            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
+            ("COMMTUNE_SEARCH", "brute"),
+            ("COMMTUNE_SAMPLES", "2"),
+            ("COMMTUNE_DRIFT_INTERVAL", "32"),
+            ("COMMTUNE_INJECT_DELAY", &delays.join(",")),
+        ],
+    );
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    assert_eq!(
+        t["check"]["verdict"], "kept",
+        "ring held its estimate: {t:#}"
+    );
+    assert_eq!(t["winner"], "recursive_doubling", "{t:#}");
+    assert_eq!(t["reason"], commtune_tune::check::LEAD_FOLLOWED, "{t:#}");
+    let decisions: Vec<(&str, u64)> = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "decision")
+        .map(|e| (e["winner"].as_str().unwrap(), e["call"].as_u64().unwrap()))
+        .collect();
+    assert!(
+        matches!(decisions[..], [("ring", _), ("recursive_doubling", at)] if at > 60),
+        "{decisions:?}"
+    );
+}
+
+#[test]
+fn a_winner_that_stalls_hands_over_to_the_lead_openmpi() {
+    a_winner_that_stalls_hands_over_to_the_lead(OpenMpi, 4);
+}
+
+#[test]
+fn a_winner_that_stalls_hands_over_to_the_lead_mpich() {
+    a_winner_that_stalls_hands_over_to_the_lead(Mpich, 2);
+}
+
 /// tuned_loop with the allreduce alone tuned (its calls alone count the communicator's
 /// instances), a short brute search (ring, if undelayed, is decided at call 19) and `delays`.
 fn self_checked_loop(

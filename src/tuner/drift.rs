@@ -7,7 +7,8 @@
 //! wrong reopens the search once with the other timing, and a second wrong one keeps the
 //! runner-up that beat it in production. Later ones are drift checks (`check::Drift`): the median
 //! of the window before each check against the first window's, reduced over ranks; a search
-//! reopens after strikes in a row.
+//! reopens after strikes in a row. They are lead checks too (`lead_check`): the window's mean
+//! against what production last measured of the search's other best codelets.
 
 use commtune_report::PredictionTrial;
 use commtune_tune::check::{self, AfterTrial, Judgement, Prediction, Verdict};
@@ -106,6 +107,7 @@ pub(super) fn drift_check<C: Operation>(
     // The first check only sets the baseline (a ratio of 1 everywhere): no reduction. Every rank
     // has the same count of checks, so every rank skips it alike.
     let first = p.drift.baseline.is_none();
+    let window = check::realised(timing, p.window_start, &p.window, clock::now());
     let ratio = drift_ratio(p);
     let mean = if first {
         1.0
@@ -113,9 +115,6 @@ pub(super) fn drift_check<C: Operation>(
         consensus::drift(&comm.private?, ratio).ok()?
     };
     let reopen = p.drift.record(mean, settings.drift_threshold, key.reopened);
-    // `mean` is agreed, so every rank spaces its checks alike (ARCHITECTURE.md, invariant 2).
-    at.tuner
-        .check_drift_at(at.k + p.drift.spacing(settings.drift_interval));
     trace(at.entry, || {
         format!(
             "drift check: mean ratio {mean:.2}, strikes {}",
@@ -127,11 +126,32 @@ pub(super) fn drift_check<C: Operation>(
         ratio: mean,
         reopened: reopen,
     });
-    if !reopen {
+    if reopen {
+        key.reopened += 1;
+        return search_again(at, comm, key);
+    }
+    // A winner whose median moved is the drift check's to judge; one whose median holds may
+    // still stall.
+    let steady = !first && mean <= 1.0 + settings.drift_threshold;
+    if steady && lead_check(at, comm, key, window)? {
         return None;
     }
-    key.reopened += 1;
-    search_again(at, comm, key)
+    let Phase::Production(p) = &mut key.phase else {
+        return None;
+    };
+    if !steady {
+        p.lead_strikes = 0;
+    }
+    // `mean` and the lead's strikes are agreed, so every rank spaces its checks alike
+    // (ARCHITECTURE.md, invariant 2); a lead strike brings the next check back as a drift
+    // strike does.
+    let spacing = if p.lead_strikes > 0 {
+        settings.drift_interval
+    } else {
+        p.drift.spacing(settings.drift_interval)
+    };
+    at.tuner.check_drift_at(at.k + spacing);
+    None
 }
 
 /// Searches the key at this call again (returns its step), or settles it on native when only
@@ -257,6 +277,74 @@ fn dismissed<C: Operation>(
     search_again(at, comm, key)
 }
 
+/// The lead check of a decision in production, at a drift check after the first that found its
+/// median steady: the `window`'s mean per call (timed as the decision's search timed, the maximum over ranks as its
+/// estimates) against what was last measured of each of the search's three best codelets
+/// (`check::Lead`: its estimates, then its trials' and lead windows' times). The median the
+/// drift check compares leaves out a winner's rare stalls, which its search's few samples and
+/// its self-check's window can miss too: on the 1 Gbit/s rig, the 64 KiB alltoall's `linear`
+/// realised 1.67 ms per call in its self-check's window and 2.16 ms over the 308 calls after it,
+/// where `pairwise_excl` forced took 1.69. `check::LEAD_STRIKES` windows in a row with another
+/// clearly ahead hand production over to it, on every rank at this call, since every rank holds
+/// the same agreed times. Returns whether production switched (None: the reduction failed).
+fn lead_check<C: Operation>(
+    at: &SlowCall<C>,
+    comm: &mut CommTunerState,
+    key: &mut TunerState,
+    window: f64,
+) -> Option<bool> {
+    let Phase::Production(p) = &mut key.phase else {
+        return Some(false);
+    };
+    let realised = consensus::realised(&comm.private?, window).ok()?;
+    if realised <= 0.0 {
+        return Some(false);
+    }
+    let ahead = p.lead.follow(p.winner, realised);
+    p.lead_strikes = if ahead.is_some() {
+        p.lead_strikes + 1
+    } else {
+        0
+    };
+    let names = codelets::names(at.entry.op);
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    let Some(next) = ahead.filter(|_| p.lead_strikes >= check::LEAD_STRIKES) else {
+        if let Some(next) = ahead {
+            trace(at.entry, || {
+                format!(
+                    "lead check: {} realised {:.0} us, {} ahead (strike {})",
+                    names[p.winner],
+                    us(realised),
+                    names[next],
+                    p.lead_strikes
+                )
+            });
+        }
+        return Some(false);
+    };
+    trace(at.entry, || {
+        format!(
+            "lead check: {} realised {:.0} us, {} runs from here",
+            names[p.winner],
+            us(realised),
+            names[next]
+        )
+    });
+    p.replaced = Some((p.winner, us(realised)));
+    p.realised_us = p.lead.latest(next).map(us);
+    p.winner = next;
+    p.drift = check::Drift::default();
+    p.lead_strikes = 0;
+    key.reason = Some(check::LEAD_FOLLOWED);
+    key.timeline.push(Mark::Decision {
+        call: at.k,
+        winner: next,
+    });
+    at.tuner
+        .run(next, at.k + runtime::config().tuning.drift_interval);
+    Some(true)
+}
+
 /// The window's median over the baseline (the first window's median); the window starts
 /// afresh.
 fn drift_ratio(p: &mut Production) -> f64 {
@@ -316,6 +404,8 @@ fn trial_check<C: Operation>(
         return None;
     };
     end_trial(at, p);
+    p.lead.measured(p.winner, trial.winner_realised);
+    p.lead.measured(trial.codelet, realised);
     let after = predicted.after_trial(
         trial.winner_realised,
         realised,
@@ -412,6 +502,7 @@ fn judged<C: Operation>(
         check::Next::Settle(codelet) => {
             key.reason = Some(check::RUNNER_UP_KEPT);
             let mut production = Production::new(codelet, None);
+            production.lead = std::mem::take(&mut p.lead);
             production.realised_us = runner_up_realised.map(us);
             production.replaced = Some((winner, us(realised)));
             let drift_at = at.k + settings.drift_interval;

@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use commtune_history::How;
 use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, PredictionTrial, SelfCheck};
-use commtune_tune::check::{self, Drift, Prediction};
+use commtune_tune::check::{self, Drift, Lead, Prediction};
 use commtune_tune::checkpoints::{Found, Spacing};
 use commtune_tune::report::{
     NOT_WORTH_ELSEWHERE, Progress, Stage, not_worth_reason, warmup_reason,
@@ -524,6 +524,11 @@ pub struct Production {
     /// What the safety net tries when the history's predicted winner misses its time: native,
     /// or for a predicted native the prediction's runner-up (None: dismissed at once).
     pub alternative: Option<usize>,
+    /// The latest agreed time per call of the search's three best codelets (its estimates, then
+    /// what production measured of them), and the drift checks in a row whose window found
+    /// another clearly ahead of the winner (`drift::lead_check`).
+    pub lead: Lead,
+    pub lead_strikes: u32,
 }
 
 /// A codelet on trial: the winner missed what was predicted or won a close race, so another
@@ -561,6 +566,13 @@ impl Trial {
 
 impl Production {
     pub fn new(winner: usize, predicted: Option<Prediction>) -> Production {
+        let lead = predicted.map_or_else(Lead::default, |p| {
+            Lead::new(
+                std::iter::once((winner, p.winner))
+                    .chain(p.runner_up)
+                    .chain(p.third),
+            )
+        });
         Production {
             winner,
             window: Vec::new(),
@@ -571,6 +583,8 @@ impl Production {
             replaced: None,
             trial: None,
             alternative: None,
+            lead,
+            lead_strikes: 0,
         }
     }
 

@@ -196,6 +196,18 @@ pub enum AfterTrial {
 pub const RUNNER_UP_KEPT: &str =
     "the self-check's trial: the runner-up, clearly faster in production, kept";
 
+/// The reason a collective runs another of its search's three best codelets after its lead
+/// checks (`LEAD_STRIKES` drift windows in a row of the winner clearly slower than that one).
+pub const LEAD_FOLLOWED: &str =
+    "the lead checks: the winner's production windows clearly slower than another's time";
+
+/// Drift checks in a row whose window finds another codelet clearly ahead of a collective's
+/// winner (`Lead::follow`) before production hands over to it. Unlike a halo rank, which
+/// switches alone and at once, a collective switches every rank, and a lost time slice can
+/// make one window of 16 calls look slow; a winner's own stalls (the 64 KiB alltoall's `linear`
+/// on the 1 Gbit/s rig, about one call in ten) fall into most windows.
+pub const LEAD_STRIKES: u32 = 2;
+
 /// What a wrong decision leads to (`Verdict::wrong`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Next {
@@ -462,6 +474,14 @@ impl Lead {
         }
     }
 
+    /// What was last measured of `codelet` per instance, if it is in the lead.
+    pub fn latest(&self, codelet: usize) -> Option<f64> {
+        self.latest
+            .iter()
+            .find(|(c, _)| *c == codelet)
+            .map(|&(_, t)| t)
+    }
+
     /// `codelet` realised `realised` per instance over a window of production.
     pub fn measured(&mut self, codelet: usize, realised: f64) {
         match self.latest.iter_mut().find(|(c, _)| *c == codelet) {
@@ -503,6 +523,8 @@ mod tests {
         lead.measured(1, 10.0);
         assert_eq!(lead.follow(0, 30.0), Some(1), "a trial's time counts too");
         assert_eq!(Lead::new([(3, 5.0)]).follow(3, 50.0), None, "nothing else");
+        assert_eq!(lead.latest(0), Some(30.0));
+        assert_eq!(lead.latest(4), None);
     }
 
     #[test]
