@@ -113,15 +113,17 @@ const ALL_BUT_RING: &str = "allreduce=linear,allreduce=nonoverlapping,\
 /// calls ran without the time slices its production calls would have lost): the test checks
 /// what the delays guarantee.
 fn savings_are_measured(flavour: Flavour) {
-    let tuned = |name: &str, delays: &str| {
+    let tuned_after = |name: &str, delays: &str, warmup: &str| {
         let job = succeeded(cases(
             flavour,
             name,
             &["imbalance", "0", "100"],
             &[
                 ("COMMTUNE_MODE", "tune"),
-                // The search starts when warm, before ring's delay (no do-no-harm wait).
+                // The search starts when warm, before ring's delay (no do-no-harm wait), and
+                // too early for native's production calls to stand for it (below 8 of them).
                 ("COMMTUNE_BUDGET", "1"),
+                ("COMMTUNE_WARMUP", warmup),
                 ("COMMTUNE_SEARCH", "brute"),
                 ("COMMTUNE_SAMPLES", "8"),
                 ("COMMTUNE_EXCLUDE", ALL_BUT_RING),
@@ -135,6 +137,7 @@ fn savings_are_measured(flavour: Flavour) {
         assert!(tuning.get("saved_s").is_none(), "{tuning:#}");
         (tuning, job.stderr())
     };
+    let tuned = |name: &str, delays: &str| tuned_after(name, delays, "3");
     let figure = |saving: &Value, name: &str| {
         saving[name]
             .as_f64()
@@ -144,6 +147,7 @@ fn savings_are_measured(flavour: Flavour) {
     let (tuning, _) = tuned("saving", "allreduce:native=20ms,allreduce:ring=5ms");
     let saving = &tuning["saving"];
     assert_eq!(saving["replaced"], "native", "{saving:#}");
+    assert_eq!(saving["replaced_in"], "search", "{saving:#}");
     // Every native call of the search slept 20 ms.
     assert!(figure(saving, "replaced_us") >= 20_000.0, "{saving:#}");
     let (low, saved, high) = (
@@ -152,6 +156,18 @@ fn savings_are_measured(flavour: Flavour) {
         figure(saving, "high_s"),
     );
     assert!(low <= saved && saved <= high, "{saving:#}");
+
+    // Native's production calls before a later search (calls 2 to 10 at least) slept 60 ms,
+    // its search calls 20: the saving is measured against what the application felt.
+    let (tuning, _) = tuned_after(
+        "production",
+        "allreduce:native=20ms@12,allreduce:native=60ms,allreduce:ring=5ms",
+        "10",
+    );
+    let saving = &tuning["saving"];
+    assert_eq!(saving["replaced_in"], "production", "{tuning:#}");
+    assert!(figure(saving, "replaced_us") >= 50_000.0, "{tuning:#}");
+    assert!(figure(saving, "low_s") > 0.0, "{tuning:#}");
 
     // Ring takes twice its estimate from the self-check on, and native, tried for a window,
     // takes its 20 ms: the decision is kept, and its saving, understated, is still claimed.

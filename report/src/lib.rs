@@ -37,11 +37,12 @@ pub use text::summary;
 ///   the searches' estimate of it (`tuning.prediction.estimate_us`).
 /// - 7: the safety net's trial of an alternative after a predicted winner missed
 ///   (`tuning.prediction.trial`), and the outcome `kept`.
+/// - 8: where a saving's replaced codelet was timed (`tuning.saving.replaced_in`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -318,12 +319,15 @@ pub struct SelfCheck {
 
 /// What a tuned key's winner saved in this run, from what was measured in it: the winner's
 /// production calls times the difference between the mean call time of the codelet it replaced
-/// (native, timed in the search) and the winner's mean production call time (its timed calls).
+/// (native, timed where `replaced_in` says) and the winner's mean production call time (its
+/// timed calls).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Saving {
-    /// The codelet the winner replaced, and its mean call time in the search.
+    /// The codelet the winner replaced, its mean call time, and where it was timed.
     pub replaced: String,
     pub replaced_us: f64,
+    #[serde(default)]
+    pub replaced_in: Baseline,
     /// The winner's mean production call time.
     pub winner_us: f64,
     /// Production calls of the winner (per rank; in the report, the mean over ranks).
@@ -332,6 +336,27 @@ pub struct Saving {
     pub saved_s: f64,
     pub low_s: f64,
     pub high_s: f64,
+}
+
+/// Where a saving's replaced codelet was timed.
+#[derive(Serialize, Deserialize, Clone, Copy, Default, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Baseline {
+    /// In the search's calls (reports before version 8 all are).
+    #[default]
+    Search,
+    /// In production calls, as the application runs them: before the search and in trials.
+    Production,
+}
+
+impl Baseline {
+    /// Where, in words: "in the search", "in production".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Baseline::Search => "in the search",
+            Baseline::Production => "in production",
+        }
+    }
 }
 
 impl Saving {

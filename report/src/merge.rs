@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    Aborted, KeyData, Location, Op, RANK_SIGNATURES, Range, RankData, RankInfo, RankSignature,
-    RankSpread, Report, Saving, SiteData, SiteReport, TimeStats, TuningData, VERSION,
+    Aborted, Baseline, KeyData, Location, Op, RANK_SIGNATURES, Range, RankData, RankInfo,
+    RankSignature, RankSpread, Report, Saving, SiteData, SiteReport, TimeStats, TuningData,
+    VERSION,
 };
 
 /// A key and the rank it comes from.
@@ -315,6 +316,16 @@ fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
                 .map(|s| s.replaced.clone())
                 .unwrap_or_default(),
             replaced_us: mean(|s| s.replaced_us),
+            // Ranks time the replaced codelet alike: a collective's calls are the same
+            // everywhere, and a halo rank's warm-up is nearly so; any rank's search sets it.
+            replaced_in: if per_rank
+                .values()
+                .all(|s| s.replaced_in == Baseline::Production)
+            {
+                Baseline::Production
+            } else {
+                Baseline::Search
+            },
             winner_us: mean(|s| s.winner_us),
             calls: (per_rank.values().map(|s| s.calls).sum::<u64>() as f64 / n).round() as u64,
             saved_s: mean(|s| s.saved_s),
@@ -517,6 +528,7 @@ mod tests {
         let saving = |saved_s: f64| Saving {
             replaced: "native".into(),
             replaced_us: 10.0,
+            replaced_in: Baseline::Search,
             winner_us: 5.0,
             calls: 100,
             saved_s,

@@ -231,7 +231,7 @@ pub(crate) fn micros(us: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Aborted, SelfCheck, check_version};
+    use crate::{Aborted, Baseline, SelfCheck, check_version};
 
     /// A version 1 report as the first format wrote it: one tuned site with the old estimate.
     const VERSION_1: &str = include_str!("../tests/data/version-1.json");
@@ -274,6 +274,7 @@ mod tests {
         let saving = |saved_s: f64, half: f64| Saving {
             replaced: "native".into(),
             replaced_us: 10.0,
+            replaced_in: Baseline::Search,
             winner_us: 5.0,
             calls: 100,
             saved_s,

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use commtune_report::{
-    Aborted, CodeletEstimate, Event, HistoryPrediction, HistorySource, KeyData, Location, Op,
-    PredictionTrial, RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData, VERSION,
-    merge,
+    Aborted, Baseline, CodeletEstimate, Event, HistoryPrediction, HistorySource, KeyData, Location,
+    Op, PredictionTrial, RankData, Report, SCHEMA, Saving, SelfCheck, SiteData, TuningData,
+    VERSION, merge,
 };
 use serde_json::Value;
 
@@ -71,6 +71,7 @@ fn full() -> Report {
         saving: Some(Saving {
             replaced: "native".into(),
             replaced_us: 10.0,
+            replaced_in: Baseline::Production,
             winner_us: 5.0,
             calls: 100,
             saved_s: 0.0005,

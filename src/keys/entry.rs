@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use commtune_report::{KeyData, Op, Saving, SiteData, TuningData};
+use commtune_report::{Baseline, KeyData, Op, Saving, SiteData, TuningData};
 use commtune_tune::check;
 use hdrhistogram::Histogram;
 
@@ -29,6 +29,13 @@ pub struct Entry {
 /// Codelets per operation at most (alltoall has eight).
 pub const MAX_CODELETS: usize = 8;
 
+/// Native's registry index, in every operation.
+const NATIVE: usize = 0;
+
+/// Native's production calls a saving needs to be measured against them rather than against
+/// native's search calls (a drift window's worth of the self-check's trial, half of it).
+const PRODUCTION_BASELINE: u64 = 8;
+
 /// What a timed call was, for the report.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Measured {
@@ -52,6 +59,9 @@ struct Stats {
     timed: [Moments; MAX_CODELETS],
     search: [Moments; MAX_CODELETS],
     sample: [Moments; MAX_CODELETS],
+    /// Native's timed calls outside searches, after the key's first (which sets up
+    /// connections): what the application felt of native (before the search, in trials).
+    native_production: Moments,
     /// Halo episodes a codelet was to run but left as they were (counted as native).
     unchanged: [u64; MAX_CODELETS],
     notes: Vec<String>,
@@ -89,6 +99,7 @@ impl Entry {
                 timed: Default::default(),
                 search: Default::default(),
                 sample: Default::default(),
+                native_production: Moments::default(),
                 unchanged: [0; MAX_CODELETS],
                 notes: Vec::new(),
                 last_end: 0,
@@ -127,6 +138,9 @@ impl Entry {
             Measured::Search => s.search[codelet].add(ticks),
             Measured::Sample => s.sample[codelet].add(ticks),
             Measured::Other => {}
+        }
+        if codelet == NATIVE && measured != Measured::Search && self.calls() > 1 {
+            s.native_production.add(ticks);
         }
     }
 
@@ -241,10 +255,11 @@ impl Entry {
 }
 
 /// What the winner of a key in production saved on this rank, as measured: its production calls
-/// against native's calls in the search (None: native kept, too few timed calls, or a winner
-/// that missed its prediction unless it still measurably saved: what its production calls pay
-/// beyond its samples, native's would pay too, so a saving understates and a cost overstates,
-/// LD_PRELOAD.md "The report").
+/// against native's production calls where enough were timed (before the search, in a trial),
+/// else against native's calls in the search. None: native kept, too few timed calls, or
+/// measured against the search, a winner that missed its prediction unless it still measurably
+/// saved (what its production calls pay beyond its samples, native's would pay too, so a
+/// saving understates and a cost overstates; LD_PRELOAD.md "The report").
 fn saving(
     tuning: &TuningData,
     names: &[&str],
@@ -255,17 +270,26 @@ fn saving(
     let winner = names
         .iter()
         .position(|n| Some(*n) == tuning.winner.as_deref())
-        .filter(|&w| w != 0 && tuning.phase == "production")?;
+        .filter(|&w| w != NATIVE && tuning.phase == "production")?;
     let production = calls[winner].saturating_sub(s.search[winner].n);
-    let (saved, low, high) = estimate::saving(&s.search[0], &s.sample[winner], production)?;
-    if low <= 0.0 && tuning.check.as_ref().is_some_and(check::missed) {
+    let (replaced, replaced_in) = if s.native_production.n >= PRODUCTION_BASELINE {
+        (&s.native_production, Baseline::Production)
+    } else {
+        (&s.search[NATIVE], Baseline::Search)
+    };
+    let (saved, low, high) = estimate::saving(replaced, &s.sample[winner], production)?;
+    if replaced_in == Baseline::Search
+        && low <= 0.0
+        && tuning.check.as_ref().is_some_and(check::missed)
+    {
         return None;
     }
     let us = |ticks: f64| ticks * ns_per_tick * 1e-3;
     let seconds = |ticks: f64| ticks * ns_per_tick * 1e-9;
     Some(Saving {
-        replaced: names[0].to_string(),
-        replaced_us: us(s.search[0].mean()?),
+        replaced: names[NATIVE].to_string(),
+        replaced_us: us(replaced.mean()?),
+        replaced_in,
         winner_us: us(s.sample[winner].mean()?),
         calls: production,
         saved_s: seconds(saved),

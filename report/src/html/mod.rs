@@ -522,10 +522,11 @@ fn tuning_detail(out: &mut String, t: &TuningData) {
     if let Some(v) = &t.saving {
         let _ = write!(
             out,
-            "<dt>how</dt><dd>{} {} per call in the search, {} {} per production call, over {} \
+            "<dt>how</dt><dd>{} {} per call {}, {} {} per production call, over {} \
              production calls (mean over ranks); 95% interval {} to {}</dd>",
             esc(&v.replaced),
             esc(&micros(v.replaced_us)),
+            v.replaced_in.describe(),
             esc(t.winner.as_deref().unwrap_or("the winner")),
             esc(&micros(v.winner_us)),
             v.calls,
