@@ -457,6 +457,66 @@ fn a_winner_that_stalls_hands_over_to_the_lead_mpich() {
     a_winner_that_stalls_hands_over_to_the_lead(Mpich, 2);
 }
 
+/// Rank 0 comes 20 ms late to every call, so every codelet's production calls take 20 ms beyond
+/// its search samples (timed after a barrier): ring (5 ms) realises 25 in its self-check,
+/// recursive_doubling (9) 29 in its trial, and the decision is kept. The lead check that follows
+/// (call 151 with these knobs) holds linear's estimate (13 ms) shifted by ring's miss:
+/// unshifted, every window of ring would find linear clearly ahead, and production would hand
+/// over to it at the second in a row (call 183).
+fn skewed_windows_follow_no_estimate(flavour: Flavour) {
+    let dir = scratch(&format!("tuner_skewed_lead_{}", flavour.name()));
+    let exe = compile(flavour, "skewed_loop.c", &dir);
+    let mut delays: Vec<String> = ["ring=5ms", "recursive_doubling=9ms", "linear=13ms"]
+        .iter()
+        .map(|d| format!("allreduce:{d}"))
+        .collect();
+    // The first delay that applies is taken: the three above before these.
+    delays.extend(all_but("allreduce", ALLREDUCE, "ring", "60ms"));
+    let job = run(flavour, 2, &exe, &dir)
+        .args(&["230", "20000"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", "1")
+        .env("COMMTUNE_SEARCH", "brute")
+        .env("COMMTUNE_SAMPLES", "2")
+        .env("COMMTUNE_DRIFT_INTERVAL", "32")
+        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains("skewed_loop: results correct"));
+    let report = job.report();
+    let site = site_at_line(&report, marker_line("skewed_loop.c", "SITE:allreduce"));
+    let t = tuning(site);
+    assert_eq!(t["winner"], "ring", "{t:#}");
+    assert_eq!(t["searches"], 1, "{t:#}");
+    assert!(t["reason"].is_null(), "no hand-over: {t:#}");
+    let check = &t["check"];
+    assert_eq!(check["verdict"], "kept", "{t:#}");
+    assert!(
+        check["runner_up_realised_us"].as_f64().is_some(),
+        "ring missed, recursive_doubling was tried: {t:#}"
+    );
+    let checks: Vec<u64> = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "drift")
+        .map(|e| e["call"].as_u64().unwrap())
+        .collect();
+    // The baseline's check, then a lead check: unshifted, its strike would bring the next one
+    // 32 calls on, and that one's would hand over.
+    assert!(checks.len() >= 2, "a lead check ran: {checks:?}");
+}
+
+#[test]
+fn skewed_windows_follow_no_estimate_openmpi() {
+    skewed_windows_follow_no_estimate(OpenMpi);
+}
+
+#[test]
+fn skewed_windows_follow_no_estimate_mpich() {
+    skewed_windows_follow_no_estimate(Mpich);
+}
+
 /// tuned_loop with the allreduce alone tuned (its calls alone count the communicator's
 /// instances), a short brute search (ring, if undelayed, is decided at call 19) and `delays`.
 fn self_checked_loop(

@@ -453,7 +453,9 @@ fn trial_check<C: Operation>(
 /// ticks per call; the runner-up `runner_up_realised` if it was on trial), and reports it: a
 /// kept decision is what the history and the rest of the run learn; a wrong one reopens the
 /// search (returns its step) or settles on the runner-up that beat it, which they learn
-/// instead, with the two codelets' realised times.
+/// instead, with the two codelets' realised times. Either way the lead checks to come hold
+/// the winner's realised time, and the others' estimates shifted by its miss
+/// (`check::Lead::shift_estimates`).
 fn judged<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -486,6 +488,8 @@ fn judged<C: Operation>(
             verdict.name()
         )
     });
+    p.lead.measured(winner, realised);
+    p.lead.shift_estimates(realised - predicted.winner);
     let Some((mark, next)) = verdict.wrong(at.k, realised, predicted.winner) else {
         p.realised_us = Some(us(realised));
         // Only a decision its production confirmed predicts later calls of this run.
