@@ -47,6 +47,17 @@ fn tuned_loop(
     job
 }
 
+/// The calls at which a key's timeline (`tuning`) has events of kind `event`.
+fn event_calls(tuning: &Value, event: &str) -> Vec<u64> {
+    tuning["timeline"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no timeline: {tuning:#}"))
+        .iter()
+        .filter(|e| e["event"] == event)
+        .map(|e| e["call"].as_u64().unwrap())
+        .collect()
+}
+
 /// The site of `marker` in tuned_loop.c.
 fn loop_site<'a>(report: &'a Value, marker: &str) -> &'a Value {
     site_at_line(report, marker_line("tuned_loop.c", marker))
@@ -378,13 +389,7 @@ fn drift_checks_of_a_steady_key_space_out() {
         let t = tuning(loop_site(&report, "SITE:allreduce"));
         assert_eq!(t["winner"], "ring", "{flavour:?}: {t:#}");
         assert_eq!(t["searches"], 1, "{flavour:?}: nothing reopened: {t:#}");
-        let checks: Vec<u64> = t["timeline"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["event"] == "drift")
-            .map(|e| e["call"].as_u64().unwrap())
-            .collect();
+        let checks = event_calls(t, "drift");
         let gaps: Vec<u64> = checks.windows(2).map(|w| w[1] - w[0]).collect();
         // Each gap is the interval doubled as often as the checks before it were steady; a
         // check that a loaded machine slowed (a strike) starts the doubling again (seen under
@@ -495,13 +500,7 @@ fn skewed_windows_follow_no_estimate(flavour: Flavour) {
         check["runner_up_realised_us"].as_f64().is_some(),
         "ring missed, recursive_doubling was tried: {t:#}"
     );
-    let checks: Vec<u64> = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "drift")
-        .map(|e| e["call"].as_u64().unwrap())
-        .collect();
+    let checks = event_calls(t, "drift");
     // The baseline's check, then a lead check: unshifted, its strike would bring the next one
     // 32 calls on, and that one's would hand over.
     assert!(checks.len() >= 2, "a lead check ran: {checks:?}");

@@ -278,9 +278,10 @@ fn dismissed<C: Operation>(
 }
 
 /// The lead check of a decision in production, at a drift check after the first that found its
-/// median steady: the `window`'s mean per call (timed as the decision's search timed, the maximum over ranks as its
-/// estimates) against what was last measured of each of the search's three best codelets
-/// (`check::Lead`: its estimates, then its trials' and lead windows' times). The median the
+/// median steady: the `window`'s mean per call (timed as the decision's search timed, the
+/// maximum over ranks as its estimates) against what was last measured of each of the search's
+/// three best codelets (`check::Lead`: its estimates, shifted by the winner's miss, then its
+/// trials' and lead windows' times). The median the
 /// drift check compares leaves out a winner's rare stalls, which its search's few samples and
 /// its self-check's window can miss too: on the 1 Gbit/s rig, the 64 KiB alltoall's `linear`
 /// realised 1.67 ms per call in its self-check's window and 2.16 ms over the 308 calls after it,
