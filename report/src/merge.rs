@@ -301,6 +301,9 @@ fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
                 s.saved_s += saving.saved_s;
                 s.low_s += saving.low_s;
                 s.high_s += saving.high_s;
+                if saving.replaced_in != s.replaced_in {
+                    s.replaced_in = Baseline::Search;
+                }
             })
             .or_insert_with(|| saving.clone());
     }

@@ -297,6 +297,9 @@ fn lead_check<C: Operation>(
     let Phase::Production(p) = &mut key.phase else {
         return Some(false);
     };
+    if p.lead.is_alone() {
+        return Some(false);
+    }
     let realised = consensus::realised(&comm.private?, window).ok()?;
     if realised <= 0.0 {
         return Some(false);
@@ -331,9 +334,16 @@ fn lead_check<C: Operation>(
             names[next]
         )
     });
-    p.replaced = Some((p.winner, us(realised)));
-    p.realised_us = p.lead.latest(next).map(us);
+    // The history records the search's winner that production replaced (the first, after
+    // several switches), and the new winner's realised time only where production measured it.
+    p.replaced.get_or_insert((p.winner, us(realised)));
+    p.realised_us = p
+        .lead
+        .latest(next)
+        .and_then(|(time, measured)| measured.then(|| us(time)));
     p.winner = next;
+    // The decision's self-check is behind it: the next check is the new winner's baseline.
+    p.predicted = None;
     p.drift = check::Drift::default();
     p.lead_strikes = 0;
     key.reason = Some(check::LEAD_FOLLOWED);

@@ -476,12 +476,18 @@ impl Lead {
         }
     }
 
-    /// What was last measured of `codelet` per instance, if it is in the lead.
-    pub fn latest(&self, codelet: usize) -> Option<f64> {
+    /// The latest time per instance of `codelet`, if it is in the lead, and whether production
+    /// measured it (else it is the search's estimate, shifted).
+    pub fn latest(&self, codelet: usize) -> Option<(f64, bool)> {
         self.latest
             .iter()
             .find(|(c, ..)| *c == codelet)
-            .map(|&(_, t, _)| t)
+            .map(|&(_, t, measured)| (t, measured))
+    }
+
+    /// Whether the lead holds no codelet but one: then no other can lead.
+    pub fn is_alone(&self) -> bool {
+        self.latest.len() < 2
     }
 
     /// `codelet` realised `realised` per instance over a window of production.
@@ -539,8 +545,10 @@ mod tests {
         lead.measured(1, 10.0);
         assert_eq!(lead.follow(0, 30.0), Some(1), "a trial's time counts too");
         assert_eq!(Lead::new([(3, 5.0)]).follow(3, 50.0), None, "nothing else");
-        assert_eq!(lead.latest(0), Some(30.0));
+        assert_eq!(lead.latest(0), Some((30.0, true)));
         assert_eq!(lead.latest(4), None);
+        assert!(!lead.is_alone());
+        assert!(Lead::new([(3, 5.0)]).is_alone());
     }
 
     #[test]
@@ -552,11 +560,11 @@ mod tests {
         lead.shift_estimates(180.0);
         assert_eq!(
             [0, 1, 2].map(|c| lead.latest(c).unwrap()),
-            [240.0, 235.0, 241.0]
+            [(240.0, true), (235.0, false), (241.0, true)]
         );
         assert_eq!(lead.follow(0, 250.0), None, "no one clearly ahead");
         lead.shift_estimates(-50.0);
-        assert_eq!(lead.latest(1), Some(235.0), "never moved down");
+        assert_eq!(lead.latest(1), Some((235.0, false)), "never moved down");
     }
 
     #[test]
