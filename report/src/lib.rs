@@ -338,8 +338,9 @@ pub struct Saving {
     pub high_s: f64,
 }
 
-/// Where a saving's replaced codelet was timed.
-#[derive(Serialize, Deserialize, Clone, Copy, Default, Debug, PartialEq, Eq)]
+/// Where a saving's replaced codelet was timed; ordered so that keys or ranks timed both ways
+/// together are `Search` (the least).
+#[derive(Serialize, Deserialize, Clone, Copy, Default, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum Baseline {
     /// In the search's calls (reports before version 8 all are).

@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    Aborted, Baseline, KeyData, Location, Op, RANK_SIGNATURES, Range, RankData, RankInfo,
-    RankSignature, RankSpread, Report, Saving, SiteData, SiteReport, TimeStats, TuningData,
-    VERSION,
+    Aborted, KeyData, Location, Op, RANK_SIGNATURES, Range, RankData, RankInfo, RankSignature,
+    RankSpread, Report, Saving, SiteData, SiteReport, TimeStats, TuningData, VERSION,
 };
 
 /// A key and the rank it comes from.
@@ -301,9 +300,7 @@ fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
                 s.saved_s += saving.saved_s;
                 s.low_s += saving.low_s;
                 s.high_s += saving.high_s;
-                if saving.replaced_in != s.replaced_in {
-                    s.replaced_in = Baseline::Search;
-                }
+                s.replaced_in = s.replaced_in.min(saving.replaced_in);
             })
             .or_insert_with(|| saving.clone());
     }
@@ -321,14 +318,11 @@ fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
             replaced_us: mean(|s| s.replaced_us),
             // Ranks time the replaced codelet alike: a collective's calls are the same
             // everywhere, and a halo rank's warm-up is nearly so; any rank's search sets it.
-            replaced_in: if per_rank
+            replaced_in: per_rank
                 .values()
-                .all(|s| s.replaced_in == Baseline::Production)
-            {
-                Baseline::Production
-            } else {
-                Baseline::Search
-            },
+                .map(|s| s.replaced_in)
+                .min()
+                .unwrap_or_default(),
             winner_us: mean(|s| s.winner_us),
             calls: (per_rank.values().map(|s| s.calls).sum::<u64>() as f64 / n).round() as u64,
             saved_s: mean(|s| s.saved_s),
@@ -376,7 +370,7 @@ fn quantile(histogram: &BTreeMap<u64, u64>, q: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TuningData;
+    use crate::{Baseline, TuningData};
 
     fn site(id: u64) -> SiteData {
         SiteData {
@@ -528,47 +522,58 @@ mod tests {
 
     #[test]
     fn savings_are_the_mean_over_ranks() {
-        let saving = |saved_s: f64| Saving {
+        let saving = |saved_s: f64, replaced_in: Baseline| Saving {
             replaced: "native".into(),
             replaced_us: 10.0,
-            replaced_in: Baseline::Search,
+            replaced_in,
             winner_us: 5.0,
             calls: 100,
             saved_s,
             low_s: saved_s - 1.0,
             high_s: saved_s + 1.0,
         };
-        let ranks: Vec<RankData> = [4.0, 2.0]
-            .into_iter()
-            .enumerate()
-            .map(|(rank, saved)| {
-                let mut k = key(1, Op::Allreduce, 10, 100, vec![(10, 10)]);
-                k.tuning = Some(TuningData {
-                    phase: "production".into(),
-                    reason: None,
-                    winner: Some("ring".into()),
-                    search_instances: 8,
-                    searches: 1,
-                    rounds: 4,
-                    codelets: Vec::new(),
-                    timeline: Vec::new(),
-                    timeline_dropped: 0,
-                    saved_s: None,
-                    saving: Some(saving(saved)),
-                    check: None,
-                    prediction: None,
-                });
-                RankData {
-                    rank: rank as u32,
-                    host: String::new(),
-                    run_ns: 1000,
-                    keys: vec![k],
-                }
-            })
-            .collect();
-        let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
-        let merged = report.sites[0].tuning.as_ref().unwrap().saving.clone();
-        assert_eq!(merged, Some(saving(3.0)));
+        let merged = |savings: [(f64, Baseline); 2]| {
+            let ranks: Vec<RankData> = savings
+                .into_iter()
+                .enumerate()
+                .map(|(rank, (saved, replaced_in))| {
+                    let mut k = key(1, Op::Allreduce, 10, 100, vec![(10, 10)]);
+                    k.tuning = Some(TuningData {
+                        phase: "production".into(),
+                        reason: None,
+                        winner: Some("ring".into()),
+                        search_instances: 8,
+                        searches: 1,
+                        rounds: 4,
+                        codelets: Vec::new(),
+                        timeline: Vec::new(),
+                        timeline_dropped: 0,
+                        saved_s: None,
+                        saving: Some(saving(saved, replaced_in)),
+                        check: None,
+                        prediction: None,
+                    });
+                    RankData {
+                        rank: rank as u32,
+                        host: String::new(),
+                        run_ns: 1000,
+                        keys: vec![k],
+                    }
+                })
+                .collect();
+            let report = merge(&ranks, "Test MPI", 2, None, |_| Location::default());
+            report.sites[0].tuning.as_ref().unwrap().saving.clone()
+        };
+        use Baseline::{Production, Search};
+        assert_eq!(
+            merged([(4.0, Production), (2.0, Production)]),
+            Some(saving(3.0, Production))
+        );
+        // A rank that timed native in the search only makes the mean a mix: search, the lesser.
+        assert_eq!(
+            merged([(4.0, Production), (2.0, Search)]),
+            Some(saving(3.0, Search))
+        );
     }
 
     #[test]

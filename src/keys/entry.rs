@@ -10,6 +10,7 @@ use hdrhistogram::Histogram;
 
 use super::Description;
 use super::estimate::{self, Moments};
+use crate::codelets::NATIVE;
 
 pub struct Entry {
     pub op: Op,
@@ -28,9 +29,6 @@ pub struct Entry {
 
 /// Codelets per operation at most (alltoall has eight).
 pub const MAX_CODELETS: usize = 8;
-
-/// Native's registry index, in every operation.
-const NATIVE: usize = 0;
 
 /// Native's production calls a saving needs to be measured against them rather than against
 /// native's search calls (a drift window's worth of the self-check's trial, half of it).
@@ -59,7 +57,7 @@ struct Stats {
     timed: [Moments; MAX_CODELETS],
     search: [Moments; MAX_CODELETS],
     sample: [Moments; MAX_CODELETS],
-    /// Native's timed calls outside searches, after the key's first (which sets up
+    /// Native's timed calls outside searches, after its first (the key's, which sets up
     /// connections): what the application felt of native (before the search, in trials).
     native_production: Moments,
     /// Halo episodes a codelet was to run but left as they were (counted as native).
@@ -139,7 +137,10 @@ impl Entry {
             Measured::Sample => s.sample[codelet].add(ticks),
             Measured::Other => {}
         }
-        if codelet == NATIVE && measured != Measured::Search && self.calls() > 1 {
+        if codelet == NATIVE
+            && measured != Measured::Search
+            && self.calls[NATIVE].load(Ordering::Relaxed) > 1
+        {
             s.native_production.add(ticks);
         }
     }

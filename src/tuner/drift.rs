@@ -310,30 +310,23 @@ fn lead_check<C: Operation>(
     } else {
         0
     };
-    let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    if let Some(next) = ahead {
+        let names = codelets::names(at.entry.op);
+        trace(at.entry, || {
+            format!(
+                "lead check: {} realised {:.0} us, {} ahead (strike {} of {})",
+                names[p.winner],
+                us(realised),
+                names[next],
+                p.lead_strikes,
+                check::LEAD_STRIKES
+            )
+        });
+    }
     let Some(next) = ahead.filter(|_| p.lead_strikes >= check::LEAD_STRIKES) else {
-        if let Some(next) = ahead {
-            trace(at.entry, || {
-                format!(
-                    "lead check: {} realised {:.0} us, {} ahead (strike {})",
-                    names[p.winner],
-                    us(realised),
-                    names[next],
-                    p.lead_strikes
-                )
-            });
-        }
         return Some(false);
     };
-    trace(at.entry, || {
-        format!(
-            "lead check: {} realised {:.0} us, {} runs from here",
-            names[p.winner],
-            us(realised),
-            names[next]
-        )
-    });
     // The history records the search's winner that production replaced (the first, after
     // several switches), and the new winner's realised time only where production measured it.
     p.replaced.get_or_insert((p.winner, us(realised)));
