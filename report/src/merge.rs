@@ -426,27 +426,30 @@ mod tests {
         assert_eq!(site.ranks.calls, Range { min: 200, max: 200 });
     }
 
+    /// A key of `op` in production with `winner`, and what it saved.
+    fn tuned_key(op: Op, winner: &str, saving: Option<Saving>) -> KeyData {
+        let mut k = key(1, op, 10, 100, vec![(10, 10)]);
+        k.tuning = Some(TuningData {
+            phase: "production".into(),
+            reason: None,
+            winner: Some(winner.into()),
+            search_instances: 8,
+            searches: 1,
+            rounds: 4,
+            codelets: Vec::new(),
+            timeline: Vec::new(),
+            timeline_dropped: 0,
+            saved_s: None,
+            saving,
+            check: None,
+            prediction: None,
+        });
+        k
+    }
+
     #[test]
     fn a_halo_site_says_when_ranks_kept_different_codelets() {
-        let tuned = |winner: &str| {
-            let mut k = key(1, Op::Halo, 10, 100, vec![(10, 10)]);
-            k.tuning = Some(TuningData {
-                phase: "production".into(),
-                reason: None,
-                winner: Some(winner.into()),
-                search_instances: 8,
-                searches: 1,
-                rounds: 4,
-                codelets: Vec::new(),
-                timeline: Vec::new(),
-                timeline_dropped: 0,
-                saved_s: None,
-                saving: None,
-                check: None,
-                prediction: None,
-            });
-            k
-        };
+        let tuned = |winner: &str| tuned_key(Op::Halo, winner, None);
         let ranks: Vec<RankData> = ["native", "persistent", "native"]
             .into_iter()
             .enumerate()
@@ -537,22 +540,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(rank, (saved, replaced_in))| {
-                    let mut k = key(1, Op::Allreduce, 10, 100, vec![(10, 10)]);
-                    k.tuning = Some(TuningData {
-                        phase: "production".into(),
-                        reason: None,
-                        winner: Some("ring".into()),
-                        search_instances: 8,
-                        searches: 1,
-                        rounds: 4,
-                        codelets: Vec::new(),
-                        timeline: Vec::new(),
-                        timeline_dropped: 0,
-                        saved_s: None,
-                        saving: Some(saving(saved, replaced_in)),
-                        check: None,
-                        prediction: None,
-                    });
+                    let k = tuned_key(Op::Allreduce, "ring", Some(saving(saved, replaced_in)));
                     RankData {
                         rank: rank as u32,
                         host: String::new(),
