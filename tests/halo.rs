@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
+use common::{Flavour, Mpich, OpenMpi, compile, events, run, scratch, sites};
 use serde_json::Value;
 
 /// The halo codelets (`commtune codelets`), native first.
@@ -587,11 +587,8 @@ fn tuned_between_two_on(
     let job = run.go();
     job.assert_success();
     let tuning = halo_site(&job.report())["tuning"].clone();
-    let samples = tuning["timeline"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no timeline: {tuning:#}"))
+    let samples = events(&tuning, "sample")
         .iter()
-        .filter(|e| e["event"] == "sample")
         .map(|e| e["call"].as_u64().unwrap())
         .collect();
     (tuning, samples)
@@ -634,22 +631,12 @@ fn drift_reopens_a_halo_search(flavour: Flavour, name: &str) {
     let t = tuned_alone(flavour, name, delays, &[DRIFT_EVERY_16], "160");
     assert_eq!(t["searches"], 2, "drift reopened the search once: {t:#}");
     assert_eq!(t["winner"], "pairwise", "{t:#}");
-    let decisions = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "decision")
-        .count();
+    let decisions = events(&t, "decision").len();
     assert_eq!(
         decisions, 2,
         "the searches' decisions, no lead check's: {t:#}"
     );
-    let drift: Vec<&Value> = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "drift")
-        .collect();
+    let drift = events(&t, "drift");
     let reopened = drift
         .iter()
         .position(|e| e["reopened"] == true)
@@ -690,12 +677,7 @@ fn a_lead_check_replaces_the_halo_winner(flavour: Flavour, name: &str) {
         t["check"]["verdict"], "kept",
         "the self-check kept pairwise: {t:#}"
     );
-    let decisions: Vec<&Value> = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "decision")
-        .collect();
+    let decisions = events(&t, "decision");
     assert_eq!(
         decisions.len(),
         2,
@@ -778,11 +760,9 @@ fn self_check_reopens(flavour: Flavour, name: &str) {
         "the second search timed episodes: {t:#}"
     );
     assert_eq!(check["verdict"], "kept", "{t:#}");
-    let reopened = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event"] == "drift" && e["reopened"] == true)
+    let reopened = events(&t, "drift")
+        .into_iter()
+        .find(|e| e["reopened"] == true)
         .unwrap_or_else(|| panic!("the self-check's reopening is in the timeline: {t:#}"));
     assert_eq!(reopened["call"], 45, "after the runner-up's trial: {t:#}");
 }

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, marker_line,
-    per_rank_env, reopening_delays, run, scratch, site_at_line, sites,
+    ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, events,
+    marker_line, per_rank_env, reopening_delays, run, scratch, site_at_line, sites,
 };
 use serde_json::Value;
 
@@ -45,16 +45,6 @@ fn tuned_loop(
         job.stdout()
     );
     job
-}
-
-/// The events of kind `event` in a key's timeline (`tuning`).
-fn events<'a>(tuning: &'a Value, event: &str) -> Vec<&'a Value> {
-    tuning["timeline"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no timeline: {tuning:#}"))
-        .iter()
-        .filter(|e| e["event"] == event)
-        .collect()
 }
 
 /// The site of `marker` in tuned_loop.c.
@@ -503,7 +493,10 @@ fn skewed_windows_follow_no_estimate(flavour: Flavour) {
     // strike would bring the next one 32 calls on, and that one's would hand over.
     let checks = events(t, "drift");
     assert!(
-        checks[1..].iter().any(|c| c["ratio"].as_f64() <= Some(1.5)),
+        checks
+            .iter()
+            .skip(1)
+            .any(|c| c["ratio"].as_f64().is_some_and(|r| r <= 1.5)),
         "a lead check ran: {checks:?}"
     );
 }
@@ -561,11 +554,9 @@ fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
         check["timing"], "period",
         "the second search timed periods: {t:#}"
     );
-    let reopened = t["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event"] == "drift" && e["reopened"] == true)
+    let reopened = events(t, "drift")
+        .into_iter()
+        .find(|e| e["reopened"] == true)
         .expect("the self-check's reopening is in the timeline");
     assert!(reopened["call"].as_u64().unwrap() < 60, "{reopened}");
     let predicted = check["predicted_us"]

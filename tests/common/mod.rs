@@ -540,6 +540,16 @@ pub fn sites(report: &Value) -> &Vec<Value> {
 }
 
 /// The one site whose source line is `line`.
+/// The events of kind `event` in a key's timeline (its report's `tuning`).
+pub fn events<'a>(tuning: &'a Value, event: &str) -> Vec<&'a Value> {
+    tuning["timeline"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no timeline: {tuning:#}"))
+        .iter()
+        .filter(|e| e["event"] == event)
+        .collect()
+}
+
 pub fn site_at_line(report: &Value, line: u64) -> &Value {
     let found: Vec<&Value> = sites(report)
         .iter()
