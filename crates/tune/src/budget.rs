@@ -35,9 +35,9 @@ pub const ROUNDS_WEIGHED: u32 = 2;
 /// What a search of `instances` costs, counted in instances, when it also holds `collectives`
 /// small collectives of its own (a barrier before each timed sample, a reduction per round and
 /// per check), each `collective_over_call` times as long as the key's call. Where calls are
-/// short these dominate: on the 1 Gbit/s rig an 8-byte alltoall takes 50 us and the tuner's
-/// reduction about 500 us, so a search's 40 collectives cost what 400 calls do, and searching a
-/// 400-call run made it 1.10 times slower than native.
+/// short these dominate: on the 1 Gbit/s rig an 8-byte alltoall takes 35 to 50 us and a small
+/// collective of the tuner's 25 to 90 us, so each weighs as 3 to 7 search instances (which lose
+/// 0.3 of a call each), and searching a 400-call run made it 1.10 times slower than native.
 pub fn search_cost(instances: u64, collectives: u64, collective_over_call: f64) -> u64 {
     let lost_per_instance = GAIN * COST_OVER_GAIN;
     let extra = collectives as f64 * collective_over_call.max(0.0) / lost_per_instance;
