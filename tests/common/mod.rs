@@ -539,7 +539,6 @@ pub fn sites(report: &Value) -> &Vec<Value> {
     report["sites"].as_array().expect("sites is an array")
 }
 
-/// The one site whose source line is `line`.
 /// The events of kind `event` in a key's timeline (its report's `tuning`).
 pub fn events<'a>(tuning: &'a Value, event: &str) -> Vec<&'a Value> {
     tuning["timeline"]
@@ -550,6 +549,7 @@ pub fn events<'a>(tuning: &'a Value, event: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The one site whose source line is `line`.
 pub fn site_at_line(report: &Value, line: u64) -> &Value {
     let found: Vec<&Value> = sites(report)
         .iter()
