@@ -8,6 +8,7 @@ use common::{
     ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, events,
     marker_line, per_rank_env, reopening_delays, run, scratch, site_at_line, sites,
 };
+use commtune_tune::{Timing, budget, sampling};
 use serde_json::Value;
 
 /// These tests check how searches decide, so they search as soon as a key is warm: the default
@@ -812,14 +813,27 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
     assert_eq!(t["search_instances"], ALLREDUCE.len() as u64);
 }
 
+/// Calls of each collective of tuned_loop.c for which do no harm lets no search start, whatever
+/// the ranks' timings: a search costs at least its first weighed rounds' instances (its own
+/// collectives free), and pays only when `COST_OVER_GAIN` times that many calls are to come, about
+/// as many as came so far (the allgatherv, with the fewest codelets, would pay first). Forty calls
+/// were enough only while the search's barriers weighed: on a loaded machine where MPICH's calls
+/// took long beside its barriers, the allreduce's search started at call 28.
+fn calls_no_search_pays() -> String {
+    let (least, _) =
+        sampling::rounds_cost(ALLGATHERV.len(), Timing::Barrier, 1, budget::ROUNDS_WEIGHED);
+    // The calls to come count the communicator's instances since the key appeared: the loop's
+    // later keys expect a few percent more than they had.
+    ((budget::COST_OVER_GAIN * least as f64 * 0.9) as u64).to_string()
+}
+
 #[test]
 fn a_search_that_cannot_pay_for_itself_does_not_start() {
-    // 40 calls of each collective: far fewer to come than a search's instances.
     let job = tuned_loop(
         OpenMpi,
         2,
         "do_no_harm",
-        "40",
+        &calls_no_search_pays(),
         &[("COMMTUNE_BUDGET", "0.2")],
     );
     let report = job.report();
@@ -849,13 +863,18 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
 /// Each rank weighs a search with its own times, and a search starts only where every rank finds
 /// it worth it; rank 0, which writes the report, says so when only another rank held it back.
 /// Ranks whose views differ without any timing: rank 0 has no budget limit (every search is
-/// worth it there), rank 1 the default budget, under which 40 calls never pay for a search.
+/// worth it there), rank 1 the default budget, under which no search pays (`calls_no_search_pays`).
 fn worth_it_on_one_rank_only(flavour: Flavour) {
     let dir = scratch(&format!("tuner_worth_it_on_one_rank_{}", flavour.name()));
     let exe = compile(flavour, "tuned_loop.c", &dir);
     let wrapper = per_rank_env(&dir, "COMMTUNE_BUDGET");
     let job = run(flavour, 2, &wrapper, &dir)
-        .args(&[NO_LIMIT, "0.2", &exe.to_string_lossy(), "40"])
+        .args(&[
+            NO_LIMIT,
+            "0.2",
+            &exe.to_string_lossy(),
+            &calls_no_search_pays(),
+        ])
         .env("COMMTUNE_MODE", "tune")
         .go();
     job.assert_success();
