@@ -257,30 +257,14 @@ impl Verdict {
 /// (`commtune simulate`, the traces of tests/data), the mean instead of the median took the
 /// rig's 64 KiB alltoall from 1.54 to 1.19 times the best codelet at 400 calls (1.58 to 1.08 at
 /// 2000) and changed no other key by more than 0.04.
-///
-/// Less the window's longest call (`TRIMMED_FROM`).
 pub fn realised(timing: Timing, start: Option<u64>, durations: &[u64], now: u64) -> f64 {
     let span = Span {
         start,
         ticks: durations.iter().sum(),
         instances: durations.len() as u64,
-        longest: durations.iter().copied().max().unwrap_or(0),
     };
     span.realised(timing, now)
 }
-
-/// A window of at least this many instances leaves out its longest one. One lost time slice
-/// is not the codelet's: in second runs of a 400-call 8-byte alltoall on the 1 Gbit/s rig
-/// (native predicted at 43 us), one call of 1 ms in the safety net's window of 16 made it
-/// measure 88 us, and another run's window with a few calls of 200 us 48 us; both dismissed the
-/// prediction and searched again (2 runs of 5). A tail that is the codelet's own (the 64 KiB
-/// alltoall's one call in six, above) still weighs in the windows: all of it but one call.
-/// Measured on the rig, 11 alternating second runs from one store: 2 dismissed without the
-/// trim, none with it. Replayed (tests/data, library defaults, 40 replays), the median regret
-/// went from 1.136 to 1.116 at 400 calls (the rig's 1 MiB allreduce 1.122 to 1.061) and 1.068
-/// to 1.063 at 2000; shared memory's 16-byte alltoall, whose calls take 0.1 us, worse at 2000
-/// (1.98 to 2.47).
-pub const TRIMMED_FROM: u64 = 8;
 
 /// Production instances measured together, however many: where the first started (period: the
 /// completion before it), their durations summed, and how many they are.
@@ -289,8 +273,6 @@ pub struct Span {
     pub start: Option<u64>,
     pub ticks: u64,
     pub instances: u64,
-    /// The longest instance's ticks.
-    pub longest: u64,
 }
 
 impl Span {
@@ -299,22 +281,16 @@ impl Span {
         self.start.get_or_insert(start);
         self.ticks += ticks;
         self.instances += 1;
-        self.longest = self.longest.max(ticks);
     }
 
     /// The realised time per instance (`realised`), the span ending at `now`.
     pub fn realised(&self, timing: Timing, now: u64) -> f64 {
-        let (trimmed, instances) = if self.instances >= TRIMMED_FROM {
-            (self.longest, self.instances - 1)
-        } else {
-            (0, self.instances)
-        };
         match (timing, self.start) {
-            _ if instances == 0 => 0.0,
+            _ if self.instances == 0 => 0.0,
             (Timing::Period, Some(start)) => {
-                now.saturating_sub(start).saturating_sub(trimmed) as f64 / instances as f64
+                now.saturating_sub(start) as f64 / self.instances as f64
             }
-            _ => self.ticks.saturating_sub(trimmed) as f64 / instances as f64,
+            _ => self.ticks as f64 / self.instances as f64,
         }
     }
 }
@@ -812,22 +788,6 @@ mod tests {
     }
 
     #[test]
-    fn a_window_leaves_out_its_longest_call_only() {
-        // 16 calls of 40 and one lost time slice of 1000 in them.
-        let mut durations = vec![40; 15];
-        durations.push(1000);
-        assert_eq!(realised(Timing::Barrier, None, &durations, 0), 40.0);
-        // Period: the span from the first start, less that call, over the other 15.
-        assert_eq!(realised(Timing::Period, Some(0), &durations, 1600), 40.0);
-        // A tail of its own still weighs: four calls of 200 in 16, three of them counted.
-        let mut tailed = vec![40; 12];
-        tailed.extend([200; 4]);
-        assert_eq!(realised(Timing::Local, None, &tailed, 0), 72.0);
-        // Fewer than TRIMMED_FROM calls: a plain mean.
-        assert_eq!(realised(Timing::Local, None, &[40, 40, 100], 0), 60.0);
-    }
-
-    #[test]
     fn realised_time_is_measured_as_the_search_measured() {
         let durations = [10, 30, 20];
         assert_eq!(realised(Timing::Local, Some(100), &durations, 250), 20.0);
@@ -838,11 +798,10 @@ mod tests {
 
     #[test]
     fn a_tail_counts_in_the_realised_time() {
-        // Native's 64 KiB alltoall on the rig: 1.4 ms calls, three of sixteen 12 ms (the
-        // longest left out): twice the median.
+        // Native's 64 KiB alltoall on the rig: 1.4 ms calls, three of sixteen 12 ms.
         let mut tailed = vec![1400; 13];
         tailed.extend([12_000; 3]);
-        assert_eq!(realised(Timing::Barrier, None, &tailed, 0), 42_200.0 / 15.0);
+        assert_eq!(realised(Timing::Barrier, None, &tailed, 0), 3387.5);
     }
 
     #[test]
