@@ -1,8 +1,9 @@
 //! Prediction from the history store with real jobs, Open MPI and MPICH: a second run of a
 //! program starts its keys with the winner the first run's search found and searches nothing;
 //! the safety net dismisses a prediction whose winner turned slow after a trial of native (of
-//! the runner-up, for a predicted native) that beat it, and keeps one that native does not beat
-//! on a machine slower for every codelet; a
+//! the runner-up, for a predicted native) that beat it in the windows before and after it, and
+//! keeps one that native does not beat on a machine slower for every codelet, or beats only
+//! in a window before the trial; a
 //! winner the self-check replaced with its runner-up is not predicted again, the runner-up is;
 //! entries of another platform or timing predict nothing; sizes between decided ones are
 //! predicted, in a run and from the store; ranks that read different stores search, without
@@ -300,6 +301,50 @@ fn a_slower_machine_keeps_the_prediction_openmpi() {
 #[test]
 fn a_slower_machine_keeps_the_prediction_mpich() {
     a_slower_machine_keeps_the_prediction(Mpich);
+}
+
+/// The second run's ring is slow (20 ms) until its 32nd call, then as fast as the first run
+/// measured it (1 ms), and every other codelet takes 5 ms: ring misses its predicted time in
+/// the safety net's window, native beats that window in its trial, and ring's window after the
+/// trial (from about its 40th call) beats native: one slow window is not the winner's
+/// (`check::prediction_kept`), the prediction is kept and nothing is searched.
+fn a_winner_slow_only_before_its_trial_keeps_the_prediction(flavour: Flavour) {
+    let dir = scratch(&format!("predict_returned_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
+    searched(&allreduce(&first), "ring");
+    let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
+    delays.extend(["allreduce:ring=1ms@32".into(), "allreduce:ring=20ms".into()]);
+    let second = tuned(flavour, &exe, &dir, &store, "ring")
+        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .go();
+    let site = allreduce(&second);
+    let t = &site["tuning"];
+    let p = &t["prediction"];
+    assert_eq!(p["winner"], "ring", "{site:#}");
+    assert_eq!(p["outcome"], "kept", "{site:#}");
+    assert!(p["measured_us"].as_f64().unwrap() > 10_000.0, "{site:#}");
+    assert_eq!(p["trial"]["codelet"], "native", "{site:#}");
+    assert!(
+        p["trial"]["measured_us"].as_f64().unwrap() < 10_000.0,
+        "{site:#}"
+    );
+    assert_eq!(
+        (&t["winner"], &t["phase"], &t["search_instances"]),
+        (&"ring".into(), &"production".into(), &0.into()),
+        "{site:#}"
+    );
+}
+
+#[test]
+fn a_winner_slow_only_before_its_trial_keeps_the_prediction_openmpi() {
+    a_winner_slow_only_before_its_trial_keeps_the_prediction(OpenMpi);
+}
+
+#[test]
+fn a_winner_slow_only_before_its_trial_keeps_the_prediction_mpich() {
+    a_winner_slow_only_before_its_trial_keeps_the_prediction(Mpich);
 }
 
 /// The first run's self-check replaces ring, its search's winner, with the runner-up (as

@@ -152,6 +152,10 @@ struct Production {
     predicted: Option<Prediction>,
     /// The runner-up on trial after the winner missed, and the winner's realised time.
     trial: Option<(usize, f64)>,
+    /// After the safety net's trial of an alternative that beat the winner: the alternative,
+    /// its realised time and the winner's before it, while the winner runs one more window
+    /// (`check::prediction_kept`).
+    tried: Option<(usize, f64, f64)>,
     /// The search's winner that the self-check replaced with this runner-up (their realised
     /// times are the class's `checked`).
     replaced: Option<usize>,
@@ -498,42 +502,61 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
 /// `predicted_us` per episode), whose winner realised `realised` ticks per episode in its first
 /// window: within COMMTUNE_PMAX confirms it (production goes on, as after a search its
 /// self-check kept). Slower, the entry's runner-up (else native) runs the next window, and
-/// this is called again at its end (with `realised` the alternative's): an alternative that
-/// does not do clearly better keeps the prediction (`check::prediction_beaten`: the machine is
-/// slower than when the history measured the winner, not the winner alone); one that does, or
-/// no alternative, dismisses it, and the class is searched from here.
+/// this is called again at its end (with `realised` the alternative's), and, if the
+/// alternative did clearly better, once more after a window of the winner: an alternative
+/// that does not do clearly better than the winner in the windows around its trial keeps the
+/// prediction (`check::prediction_kept`: the machine is slower than when the history measured
+/// the winner, not the winner alone); one that does, or no alternative, dismisses it, and the
+/// class is searched from here.
 fn safety_net(t: &mut EpisodeTuner, predicted: Prediction, predicted_us: f64, realised: f64) {
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     let Some(p) = &mut t.production else {
         return;
     };
-    let winner_realised = match p.trial.take() {
-        None => {
-            if safety_net_holds(&mut t.prediction, predicted_us, us(realised)) {
-                return;
+    let (alternative, alternative_realised, winner_realised, returned) =
+        match (p.trial.take(), p.tried.take()) {
+            (None, None) => {
+                if safety_net_holds(&mut t.prediction, predicted_us, us(realised)) {
+                    return;
+                }
+                if let Some(alternative) = p.alternative {
+                    p.start_trial(alternative, predicted, realised);
+                    return;
+                }
+                safety_net_settles(&mut t.prediction, None, false);
+                return dismiss(t, predicted_us, realised);
             }
-            if let Some(alternative) = p.alternative {
-                p.start_trial(alternative, predicted, realised);
-                return;
+            (Some((alternative, winner_realised)), _) => {
+                (alternative, realised, winner_realised, None)
             }
-            safety_net_settles(&mut t.prediction, None, false);
-            realised
-        }
-        Some((alternative, winner_realised)) => {
-            let min_gain = runtime::config().halo_tuning.min_gain;
-            let kept = !check::prediction_beaten(winner_realised, realised, min_gain);
-            let tried = PredictionTrial {
-                codelet: CODELETS[alternative].name.to_string(),
-                measured_us: us(realised),
-            };
-            safety_net_settles(&mut t.prediction, Some(tried), kept);
-            if kept {
-                return;
-            }
-            winner_realised
-        }
+            (None, Some((alternative, alternative_realised, winner_realised))) => (
+                alternative,
+                alternative_realised,
+                winner_realised,
+                Some(realised),
+            ),
+        };
+    let min_gain = runtime::config().halo_tuning.min_gain;
+    let Some(kept) =
+        check::prediction_kept(winner_realised, returned, alternative_realised, min_gain)
+    else {
+        p.tried = Some((alternative, alternative_realised, winner_realised));
+        p.predicted = Some(predicted);
+        p.instances = 0;
+        return;
     };
-    dismiss(t, predicted_us, winner_realised);
+    let tried = PredictionTrial {
+        codelet: CODELETS[alternative].name.to_string(),
+        measured_us: us(alternative_realised),
+    };
+    safety_net_settles(&mut t.prediction, Some(tried), kept);
+    if !kept {
+        dismiss(
+            t,
+            predicted_us,
+            returned.map_or(winner_realised, |r| r.min(winner_realised)),
+        );
+    }
 }
 
 /// The safety net dismissed the prediction of `predicted_us` per episode of `t`, whose winner
@@ -661,6 +684,7 @@ impl Production {
             winner,
             predicted,
             trial: None,
+            tried: None,
             replaced: None,
             alternative: None,
             instances: 0,
@@ -1162,9 +1186,39 @@ mod tests {
         );
     }
 
+    /// `tried(native_us)`, native beating the winner's 150 µs: the winner runs one more window,
+    /// which measured `returned_us`.
+    fn tried_and_returned(native_us: f64, returned_us: f64) -> Class {
+        let class = tried(native_us);
+        let mut t = lock(&class.tuner);
+        assert_eq!(verifying(&t.prediction), Some(100.0), "verifying still");
+        let pairwise = crate::codelets::halo::PAIRWISE;
+        assert_eq!(
+            t.production.as_ref().map(Production::running),
+            Some(pairwise),
+            "the winner again"
+        );
+        safety_net(&mut t, predicted_time(), 100.0, ticks(returned_us));
+        drop(t);
+        class
+    }
+
+    #[test]
+    fn a_prediction_native_beat_once_is_kept_when_the_winner_does_better_after() {
+        // The window that missed held a lost time slice: the one after the trial does not.
+        let class = tried_and_returned(100.0, 98.0);
+        let t = lock(&class.tuner);
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, KEPT);
+        let trial = prediction.trial.expect("the trial is reported");
+        assert_eq!(trial.codelet, "native");
+        assert!((trial.measured_us - 100.0).abs() < 1e-6);
+        assert!(t.search.is_none());
+    }
+
     #[test]
     fn a_missed_prediction_that_native_beats_is_dismissed_and_searched() {
-        let class = tried(100.0);
+        let class = tried_and_returned(100.0, 150.0);
         let t = lock(&class.tuner);
         let prediction = t.prediction.clone().unwrap();
         assert_eq!(prediction.outcome, DISMISSED);

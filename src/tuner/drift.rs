@@ -44,9 +44,13 @@ pub(super) fn drift_check<C: Operation>(
                 let realised = consensus::realised(&comm.private?, realised).ok()?;
                 trial_check(at, comm, key, trial, predicted, realised)
             }
-            Trialled::Prediction { predicted_us, .. } => {
+            Trialled::Prediction {
+                predicted_us,
+                alternative,
+                ..
+            } => {
                 let measured_us = agreed_us(comm, realised)?;
-                safety_net_trial(at, comm, key, trial, predicted_us, measured_us)
+                safety_net_trial(at, comm, key, trial, predicted_us, alternative, measured_us)
             }
         };
     }
@@ -207,6 +211,7 @@ fn safety_net<C: Operation>(
             of: Trialled::Prediction {
                 timing: key.timing(),
                 predicted_us,
+                alternative: None,
             },
         };
         start_trial(at, key, trial);
@@ -217,40 +222,67 @@ fn safety_net<C: Operation>(
 }
 
 /// The safety net's trial of its alternative (`Production::alternative`) after the predicted
-/// winner missed `predicted_us`, which measured `measured_us` per call (agreed): one that does
-/// not do clearly better keeps the prediction (the machine is slower than when the history
-/// measured the winner, not the winner alone); otherwise it is dismissed and the key is
-/// searched (returns the search step).
+/// winner missed `predicted_us`: the window that just ended, of `measured_us` per call (agreed),
+/// was the alternative's (`alternative` None) or the winner's after it (`alternative`: the
+/// alternative and its time). An alternative that does not do clearly better than the winner
+/// in the windows around its trial keeps the prediction (`check::prediction_kept`: the machine
+/// is slower than when the history measured the winner, not the winner alone); otherwise it is
+/// dismissed and the key is searched (returns the search step).
 fn safety_net_trial<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     trial: Trial,
     predicted_us: f64,
+    alternative: Option<(usize, f64)>,
     measured_us: f64,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    end_trial(at, p);
-    let kept = !check::prediction_beaten(
-        trial.winner_realised,
-        measured_us,
-        runtime::config().tuning.min_gain,
-    );
+    let winner = p.winner;
+    let (alternative, alternative_us, returned) = match alternative {
+        Some((codelet, us)) => (codelet, us, Some(measured_us)),
+        None => (trial.codelet, measured_us, None),
+    };
+    let min_gain = runtime::config().tuning.min_gain;
     let names = codelets::names(at.entry.op);
+    let Some(kept) =
+        check::prediction_kept(trial.winner_realised, returned, alternative_us, min_gain)
+    else {
+        trace(at.entry, || {
+            format!(
+                "safety net's trial of {}: measured {alternative_us:.1} us against the \
+                 winner's {:.1} us: {} runs a window again",
+                names[alternative], trial.winner_realised, names[winner]
+            )
+        });
+        let again = Trial {
+            codelet: winner,
+            of: Trialled::Prediction {
+                timing: trial.timing(),
+                predicted_us,
+                alternative: Some((alternative, alternative_us)),
+            },
+            ..trial
+        };
+        start_trial(at, key, again);
+        return None;
+    };
+    end_trial(at, p);
     trace(at.entry, || {
         format!(
-            "safety net's trial of {}: measured {measured_us:.1} us against the winner's \
-             {:.1} us: {}",
-            names[trial.codelet],
+            "safety net's trial of {}: measured {alternative_us:.1} us against the winner's \
+             {:.1} us{}: {}",
+            names[alternative],
             trial.winner_realised,
+            returned.map_or(String::new(), |us| format!(" and {us:.1} us after it")),
             if kept { KEPT } else { DISMISSED }
         )
     });
     let tried = PredictionTrial {
-        codelet: names[trial.codelet].to_string(),
-        measured_us,
+        codelet: names[alternative].to_string(),
+        measured_us: alternative_us,
     };
     safety_net_settles(&mut key.prediction, Some(tried), kept);
     if kept {
@@ -258,7 +290,8 @@ fn safety_net_trial<C: Operation>(
         knowledge::learn(at.entry, key);
         return None;
     }
-    dismissed(at, comm, key, trial.winner_realised / predicted_us)
+    let winner_us = returned.map_or(trial.winner_realised, |us| us.min(trial.winner_realised));
+    dismissed(at, comm, key, winner_us / predicted_us)
 }
 
 /// The safety net dismissed the key's prediction, whose winner measured `ratio` times the

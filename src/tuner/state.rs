@@ -549,9 +549,15 @@ pub enum Trialled {
     /// A search's decision, with what the search predicted (the self-check): the runner-up
     /// runs.
     Decision(Prediction),
-    /// A prediction from the history of `predicted_us` per call (the safety net): `native`
-    /// runs, its window timed with `timing`.
-    Prediction { timing: Timing, predicted_us: f64 },
+    /// A prediction from the history of `predicted_us` per call (the safety net): its
+    /// alternative runs, its window timed with `timing`; then, if the alternative beat the
+    /// winner (`check::prediction_kept`), the winner runs one more window, with `alternative`
+    /// the alternative (registry index) and its time per call (microseconds, agreed).
+    Prediction {
+        timing: Timing,
+        predicted_us: f64,
+        alternative: Option<(usize, f64)>,
+    },
 }
 
 impl Trial {
