@@ -256,23 +256,9 @@ fn a_slower_machine_keeps_the_prediction(flavour: Flavour) {
     let first = tuned(flavour, &exe, &dir, &store, "ring").go();
     searched(&allreduce(&first), "ring");
     let second = tuned_with(flavour, &exe, &dir, &store, ("ring", "10ms"), "30ms").go();
-    let site = allreduce(&second);
-    let t = &site["tuning"];
-    let p = &t["prediction"];
-    assert_eq!(p["winner"], "ring", "{site:#}");
-    assert_eq!(p["outcome"], "kept", "{site:#}");
-    assert!(p["measured_us"].as_f64().unwrap() > 9_000.0, "{site:#}");
-    assert_eq!(p["trial"]["codelet"], "native", "{site:#}");
-    assert!(
-        p["trial"]["measured_us"].as_f64().unwrap() > 25_000.0,
-        "{site:#}"
-    );
-    assert!(p["saved_instances"].as_u64().unwrap() > 0, "{site:#}");
-    assert_eq!(
-        (&t["winner"], &t["phase"], &t["search_instances"]),
-        (&"ring".into(), &"production".into(), &0.into()),
-        "{site:#}"
-    );
+    ring_kept_after_native(&allreduce(&second), 9_000.0, |native_us| {
+        native_us > 25_000.0
+    });
     // The summary says it (the program's other collectives, 1 to 10 us a call, may be kept
     // after a trial or dismissed: the machine's noise at their size exceeds COMMTUNE_PMAX).
     let output = second.stdout() + &second.stderr();
@@ -319,17 +305,25 @@ fn a_winner_slow_only_before_its_trial_keeps_the_prediction(flavour: Flavour) {
     let second = tuned(flavour, &exe, &dir, &store, "ring")
         .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
         .go();
-    let site = allreduce(&second);
+    ring_kept_after_native(&allreduce(&second), 10_000.0, |native_us| {
+        native_us < 10_000.0
+    });
+}
+
+/// A key whose prediction of ring missed (its window measured more than `missed_us`), whose
+/// safety net tried native, measured as `native` expects, and kept ring: nothing searched.
+fn ring_kept_after_native(site: &Value, missed_us: f64, native: impl Fn(f64) -> bool) {
     let t = &site["tuning"];
     let p = &t["prediction"];
     assert_eq!(p["winner"], "ring", "{site:#}");
     assert_eq!(p["outcome"], "kept", "{site:#}");
-    assert!(p["measured_us"].as_f64().unwrap() > 10_000.0, "{site:#}");
+    assert!(p["measured_us"].as_f64().unwrap() > missed_us, "{site:#}");
     assert_eq!(p["trial"]["codelet"], "native", "{site:#}");
     assert!(
-        p["trial"]["measured_us"].as_f64().unwrap() < 10_000.0,
+        native(p["trial"]["measured_us"].as_f64().unwrap()),
         "{site:#}"
     );
+    assert!(p["saved_instances"].as_u64().unwrap() > 0, "{site:#}");
     assert_eq!(
         (&t["winner"], &t["phase"], &t["search_instances"]),
         (&"ring".into(), &"production".into(), &0.into()),
