@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
@@ -46,6 +46,17 @@ fn tuned_with<'a>(
         .env("COMMTUNE_BUDGET", "1")
         .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
         .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+}
+
+/// A scratch directory for `name` (suffixed with the flavour's name), `tuned_loop.c` compiled
+/// in it, and its store, which a first tuned run whose search found ring (`tuned`) filled.
+fn ring_stored(flavour: Flavour, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch(&format!("{name}_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let store = dir.join("store");
+    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
+    searched(&allreduce(&first), "ring");
+    (dir, exe, store)
 }
 
 /// The allreduce sites of a job's report, checked correct first.
@@ -109,11 +120,7 @@ fn predicted(site: &Value, winner: &str) {
 const LENIENT_PMAX: &str = "20";
 
 fn second_run_is_predicted_and_confirmed(flavour: Flavour) {
-    let dir = scratch(&format!("predict_second_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(flavour, "predict_second");
     let second = tuned(flavour, &exe, &dir, &store, "ring")
         .env("COMMTUNE_PMAX", LENIENT_PMAX)
         .go();
@@ -169,11 +176,7 @@ fn second_run_is_predicted_and_confirmed_mpich() {
 }
 
 fn a_slower_winner_is_dismissed_and_searched(flavour: Flavour) {
-    let dir = scratch(&format!("predict_dismissed_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(flavour, "predict_dismissed");
     // Now ring is 20 ms slower and native the fastest.
     let second = tuned(flavour, &exe, &dir, &store, "native").go();
     // Native was tried first, and beat ring.
@@ -250,11 +253,7 @@ fn a_slower_native_is_tried_against_the_runner_up_mpich() {
 /// tenfold, but native, tried for a window, does worse still: the prediction is kept, nothing is
 /// searched, and the store learns ring's time now.
 fn a_slower_machine_keeps_the_prediction(flavour: Flavour) {
-    let dir = scratch(&format!("predict_kept_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(flavour, "predict_kept");
     let second = tuned_with(flavour, &exe, &dir, &store, ("ring", "10ms"), "30ms").go();
     ring_kept_after_native(&allreduce(&second), 9_000.0, |native_us| {
         native_us > 25_000.0
@@ -295,11 +294,7 @@ fn a_slower_machine_keeps_the_prediction_mpich() {
 /// trial (from about its 40th call) beats native: one slow window is not the winner's
 /// (`check::prediction_kept`), the prediction is kept and nothing is searched.
 fn a_winner_slow_only_before_its_trial_keeps_the_prediction(flavour: Flavour) {
-    let dir = scratch(&format!("predict_returned_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(flavour, "predict_returned");
     let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");
     delays.extend(["allreduce:ring=1ms@32".into(), "allreduce:ring=20ms".into()]);
     let second = tuned(flavour, &exe, &dir, &store, "ring")
@@ -485,11 +480,7 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it_mpich() {
 
 #[test]
 fn another_platform_predicts_nothing() {
-    let dir = scratch("predict_platform");
-    let exe = compile(OpenMpi, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(OpenMpi, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(OpenMpi, "predict_platform");
     // The same entries, as if measured on another CPU.
     let mut entries = commtune_history::load(&store).entries;
     assert!(!entries.is_empty());
@@ -614,11 +605,7 @@ fn sizes_between_decided_sizes_are_predicted_mpich() {
 }
 
 fn ranks_with_different_stores_search(flavour: Flavour) {
-    let dir = scratch(&format!("predict_split_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let store = dir.join("store");
-    let first = tuned(flavour, &exe, &dir, &store, "ring").go();
-    searched(&allreduce(&first), "ring");
+    let (dir, exe, store) = ring_stored(flavour, "predict_split");
     // Rank 0 sees the store, rank 1 an empty one (a node without the shared file system).
     let wrapper = per_rank_env(&dir, "COMMTUNE_HISTORY");
     let empty = dir.join("empty");
