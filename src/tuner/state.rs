@@ -535,6 +535,8 @@ pub struct Production {
 /// codelet runs a window of production calls before the decision is judged (`drift`).
 #[derive(Clone, Copy, Debug)]
 pub struct Trial {
+    /// The codelet the window runs: the one on trial, or the predicted winner again after the
+    /// safety net's alternative beat it (`Trialled::Prediction`'s `alternative`).
     pub codelet: usize,
     /// The winner's realised time per call, agreed: clock ticks after a search (its estimates'
     /// unit), microseconds after a history prediction (its predicted time's, which every rank
