@@ -255,9 +255,11 @@ fn a_slower_native_is_tried_against_the_runner_up_mpich() {
 fn a_slower_machine_keeps_the_prediction(flavour: Flavour) {
     let (dir, exe, store) = ring_stored(flavour, "predict_kept");
     let second = tuned_with(flavour, &exe, &dir, &store, ("ring", "10ms"), "30ms").go();
-    ring_kept_after_native(&allreduce(&second), 9_000.0, |native_us| {
-        native_us > 25_000.0
-    });
+    let site = allreduce(&second);
+    ring_kept_after_native(&site, 9_000.0, |native_us| native_us > 25_000.0);
+    // Native did not beat ring's window: ring ran no window after the trial.
+    let after = &site["tuning"]["prediction"]["trial"]["winner_after_us"];
+    assert!(after.is_null(), "{site:#}");
     // The summary says it (the program's other collectives, 1 to 10 us a call, may be kept
     // after a trial or dismissed: the machine's noise at their size exceeds COMMTUNE_PMAX).
     let output = second.stdout() + &second.stderr();
@@ -300,9 +302,13 @@ fn a_winner_slow_only_before_its_trial_keeps_the_prediction(flavour: Flavour) {
     let second = tuned(flavour, &exe, &dir, &store, "ring")
         .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
         .go();
-    ring_kept_after_native(&allreduce(&second), 10_000.0, |native_us| {
-        native_us < 10_000.0
-    });
+    let site = allreduce(&second);
+    ring_kept_after_native(&site, 10_000.0, |native_us| native_us < 10_000.0);
+    // The report shows the window that kept it: ring's after the trial, 1 ms a call.
+    let after = &site["tuning"]["prediction"]["trial"]["winner_after_us"];
+    assert!(after.as_f64().unwrap() < 5_000.0, "{site:#}");
+    let output = second.stdout() + &second.stderr();
+    assert!(output.contains(", then ring measured"), "{output}");
 }
 
 /// A key whose prediction of ring missed (its window measured more than `missed_us`), whose

@@ -38,11 +38,13 @@ pub use text::summary;
 /// - 7: the safety net's trial of an alternative after a predicted winner missed
 ///   (`tuning.prediction.trial`), and the outcome `kept`.
 /// - 8: where a saving's replaced codelet was timed (`tuning.saving.replaced_in`).
+/// - 9: the predicted winner's window after a trial its alternative won
+///   (`tuning.prediction.trial.winner_after_us`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -245,6 +247,10 @@ pub struct HistoryPrediction {
 pub struct PredictionTrial {
     pub codelet: String,
     pub measured_us: f64,
+    /// Where the alternative beat the winner's window before the trial: the winner's time per
+    /// call in its window after it, which the alternative had to beat too (version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner_after_us: Option<f64>,
 }
 
 impl HistoryPrediction {
@@ -264,8 +270,11 @@ impl HistoryPrediction {
             |e| format!("from realised production, estimated {}", text::micros(e)),
         );
         let trial = self.trial.as_ref().map_or_else(String::new, |t| {
+            let after = t.winner_after_us.map_or_else(String::new, |us| {
+                format!(", then {} measured {}", self.winner, text::micros(us))
+            });
             format!(
-                ", then {} measured {}",
+                ", then {} measured {}{after}",
                 t.codelet,
                 text::micros(t.measured_us)
             )

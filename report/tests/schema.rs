@@ -3,7 +3,9 @@
 //! run as version 2 wrote it, version 1 as the first format did; version 5 the second run of
 //! tests/programs/tuned_loop.c, predicted from the first's history; version 6 that of
 //! tests/programs/skewed_loop.c, its predicted time from realised production; version 7 that of
-//! tests/predict.rs's slower machine, its predictions kept or dismissed after a trial of native)
+//! tests/predict.rs's slower machine, its predictions kept or dismissed after a trial of native;
+//! version 8 a run whose savings were measured against native's production calls; version 9
+//! tests/predict.rs's winner slow only before its trial, kept after its window after the trial)
 //! and one made with every optional field present, so that a field added to the model and not to
 //! the schema fails here (every object of the schema is closed).
 
@@ -104,6 +106,7 @@ fn full() -> Report {
             trial: Some(PredictionTrial {
                 codelet: "native".into(),
                 measured_us: 6.0,
+                winner_after_us: Some(5.1),
             }),
         }),
     };

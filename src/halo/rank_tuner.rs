@@ -548,6 +548,7 @@ fn safety_net(t: &mut EpisodeTuner, predicted: Prediction, predicted_us: f64, re
     let tried = PredictionTrial {
         codelet: CODELETS[alternative].name.to_string(),
         measured_us: us(alternative_realised),
+        winner_after_us: returned.map(us),
     };
     safety_net_settles(&mut t.prediction, Some(tried), kept);
     if !kept {
@@ -1171,6 +1172,10 @@ mod tests {
         let trial = prediction.trial.expect("the trial is reported");
         assert_eq!(trial.codelet, "native");
         assert!((trial.measured_us - 160.0).abs() < 1e-6);
+        assert_eq!(
+            trial.winner_after_us, None,
+            "native did not beat the winner: no window after"
+        );
         let pairwise = crate::codelets::halo::PAIRWISE;
         assert_eq!(
             t.production.as_ref().map(Production::running),
@@ -1213,6 +1218,10 @@ mod tests {
         let trial = prediction.trial.expect("the trial is reported");
         assert_eq!(trial.codelet, "native");
         assert!((trial.measured_us - 100.0).abs() < 1e-6);
+        assert!(
+            (trial.winner_after_us.unwrap() - 98.0).abs() < 1e-6,
+            "the window that kept it"
+        );
         assert!(t.search.is_none());
     }
 

@@ -283,6 +283,7 @@ fn safety_net_trial<C: Operation>(
     let tried = PredictionTrial {
         codelet: names[alternative].to_string(),
         measured_us: alternative_us,
+        winner_after_us: returned,
     };
     safety_net_settles(&mut key.prediction, Some(tried), kept);
     if kept {
@@ -410,7 +411,7 @@ fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Tria
     let names = codelets::names(at.entry.op);
     trace(at.entry, || {
         format!(
-            "self-check of {}: {} on trial",
+            "self-check of {}: a window of {}",
             names[p.winner], names[trial.codelet]
         )
     });
