@@ -54,6 +54,11 @@ pub fn on_free(hook: OnFree) {
     lock(&HOOKS).push(hook);
 }
 
+/// Every record made so far.
+pub fn records() -> Vec<&'static Communicator> {
+    RECORDS.iter().map(|r| *r.value()).collect()
+}
+
 /// The record of `comm`, made (and watched) at its first use.
 pub fn of(comm: MPI_Comm) -> &'static Communicator {
     let record = *RECORDS.entry(comm.bits()).or_insert_with(|| {

@@ -54,7 +54,10 @@ fn local_variants_on_two_communicators_mpich() {
 }
 
 /// Rank 0's datatype handle comes back for a type of another size: the program must say so,
-/// or it tested nothing.
+/// or it tested nothing. Open MPI's handles are pointers to memory from malloc, and glibc gives
+/// a freed chunk to the next request of its size only while the per-size cache of freed chunks
+/// has room (7 by default): the library's nonblocking checkpoints (libnbc's schedules) fill it,
+/// and then no handle came back. An unbounded cache makes it come back every time.
 fn type_reuse(flavour: Flavour, np: usize) {
     let delays = all_but("alltoall", ALLTOALL, "pairwise", "5ms").join(",");
     let job = tuned(
@@ -62,7 +65,10 @@ fn type_reuse(flavour: Flavour, np: usize) {
         np,
         "type_reuse.c",
         &[],
-        &[("COMMTUNE_INJECT_DELAY", &delays)],
+        &[
+            ("COMMTUNE_INJECT_DELAY", &delays),
+            ("GLIBC_TUNABLES", "glibc.malloc.tcache_count=65535"),
+        ],
     );
     assert!(
         !job.stdout().contains("type_reuse: 0 handles reused"),

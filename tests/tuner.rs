@@ -940,3 +940,39 @@ fn local_variants_are_one_key_openmpi() {
 fn local_variants_are_one_key_mpich() {
     local_variants(Mpich, 2);
 }
+
+/// A checkpoint's reduction is finished a few calls after it started
+/// (`commtune_tune::checkpoints::FINISH_AFTER`): a communicator freed, or MPI finalized, before then
+/// completes it, and the next communicator with the same handle starts afresh.
+fn checkpoint_in_flight(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("tuner_checkpoint_in_flight_{}", flavour.name()));
+    let exe = compile(flavour, "checkpoint_in_flight.c", &dir);
+    let job = run(flavour, np, &exe, &dir)
+        .args(&["6"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", NO_LIMIT)
+        .go();
+    job.assert_success();
+    assert!(
+        job.stdout()
+            .contains("checkpoint_in_flight: results correct"),
+        "{}",
+        job.stdout()
+    );
+    let report = job.report();
+    let calls: u64 = sites(&report)
+        .iter()
+        .map(|s| s["calls"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(calls, 6 + 8 + 10 + 6, "every call reported");
+}
+
+#[test]
+fn a_checkpoint_in_flight_completes_when_its_communicator_ends_openmpi() {
+    checkpoint_in_flight(OpenMpi, 4);
+}
+
+#[test]
+fn a_checkpoint_in_flight_completes_when_its_communicator_ends_mpich() {
+    checkpoint_in_flight(Mpich, 2);
+}

@@ -67,6 +67,7 @@ pub extern "C" fn commtune_finalize() -> c_int {
     halo::post_deferred();
     if runtime::enabled() {
         halo::finalizing();
+        tuner::finalizing();
     }
     // Every rank is here, so rank 0 gathers the report before MPI goes away, and writes it once
     // MPI is finalized.

@@ -1,9 +1,10 @@
 //! The only place that talks across ranks about tuning decisions: one small allreduce on the
-//! private communicator per checkpoint, round or drift check, at the same instance on every rank.
+//! private communicator per checkpoint, round or drift check, at the same instance on every rank
+//! (a checkpoint's is started there and finished at the communicator's next tuned call).
 //! Every outcome is computed from the reduced values, so it is the same everywhere.
 
-use crate::mpi::Comm;
 use crate::mpi::datatype::MpiResult;
+use crate::mpi::{Comm, StartedMinMax};
 use commtune_tune::{Agreed, Timing};
 
 /// What a checkpoint found about the key each rank is at.
@@ -75,8 +76,14 @@ pub struct Checkpointed {
     pub checkpoint_over_call: f64,
 }
 
-/// Reduces each rank's vote: a rank's own view of any of it never starts anything alone.
-pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpointed> {
+/// A checkpoint's reduction in flight: started at the checkpoint's instance, finished at the
+/// communicator's next tuned call (or when the communicator is freed, or at MPI_Finalize), so
+/// that its latency overlaps the application's call between.
+pub struct StartedCheckpoint(StartedMinMax<8>);
+
+/// Starts the reduction of each rank's vote: a rank's own view of any of it never starts
+/// anything alone.
+pub fn start_checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<StartedCheckpoint> {
     // Hashes are cut to 62 bits so that negating them (to get the minimum from MPI_MAX) cannot
     // overflow; 0 is "no proposal". A time's bits (never negative) order as the time does.
     let bits = |x: f64| x.max(0.0).to_bits() as i64;
@@ -98,31 +105,38 @@ pub fn checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<Checkpointed> {
         .not_worth_until
         .map_or(0, |at| i64::try_from(at.max(1)).unwrap_or(i64::MAX));
     let ratio = bits(vote.checkpoint_over_call);
-    let [hash, ready, winner, runner_up, time, timing, until, ratio] =
-        comm.min_max_i64([hash, ready, winner, runner_up, time, timing, until, ratio])?;
-    let value = |bits: i64| f64::from_bits(bits as u64);
-    let found = match (ready.max, ready.min) {
-        (0, _) => Checkpoint::Nothing,
-        (_, 0) => Checkpoint::Partial,
-        _ if hash.same_everywhere() => Checkpoint::Agreed {
-            prediction: (winner.min > 0
-                && winner.same_everywhere()
-                && timing.same_everywhere()
-                && value(time.max) <= value(time.min) * (1.0 + SAME_TIME))
-                .then(|| AgreedPrediction {
-                    winner: (winner.min - 1) as usize,
-                    us: value(time.max),
-                    runner_up: (runner_up.min > 0 && runner_up.same_everywhere())
-                        .then(|| (runner_up.min - 1) as usize),
-                }),
-            not_worth_until: (until.max > 0).then_some(until.max as u64),
-        },
-        _ => Checkpoint::Disagreed,
-    };
-    Ok(Checkpointed {
-        found,
-        checkpoint_over_call: if ratio.min > 0 { value(ratio.max) } else { 0.0 },
-    })
+    comm.start_min_max_i64([hash, ready, winner, runner_up, time, timing, until, ratio])
+        .map(StartedCheckpoint)
+}
+
+impl StartedCheckpoint {
+    /// Waits for the reduction: what the checkpoint found, alike on every rank.
+    pub fn finish(self) -> MpiResult<Checkpointed> {
+        let [hash, ready, winner, runner_up, time, timing, until, ratio] = self.0.wait()?;
+        let value = |bits: i64| f64::from_bits(bits as u64);
+        let found = match (ready.max, ready.min) {
+            (0, _) => Checkpoint::Nothing,
+            (_, 0) => Checkpoint::Partial,
+            _ if hash.same_everywhere() => Checkpoint::Agreed {
+                prediction: (winner.min > 0
+                    && winner.same_everywhere()
+                    && timing.same_everywhere()
+                    && value(time.max) <= value(time.min) * (1.0 + SAME_TIME))
+                    .then(|| AgreedPrediction {
+                        winner: (winner.min - 1) as usize,
+                        us: value(time.max),
+                        runner_up: (runner_up.min > 0 && runner_up.same_everywhere())
+                            .then(|| (runner_up.min - 1) as usize),
+                    }),
+                not_worth_until: (until.max > 0).then_some(until.max as u64),
+            },
+            _ => Checkpoint::Disagreed,
+        };
+        Ok(Checkpointed {
+            found,
+            checkpoint_over_call: if ratio.min > 0 { value(ratio.max) } else { 0.0 },
+        })
+    }
 }
 
 /// The per-rank estimates of a round reduced to their maximum over ranks (the slowest rank sets

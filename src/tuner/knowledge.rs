@@ -4,8 +4,8 @@
 //! and timed as this job times (COMMTUNE_TIMING: a predicted time is what the safety net
 //! compares this job's measurement with), and adds the decisions this run agrees on, so that a
 //! later key of an unseen size is predicted from them. A prediction is only this rank's
-//! proposal: `consensus::checkpoint` uses it when every rank proposed the same (ARCHITECTURE.md,
-//! invariant 2).
+//! proposal: `consensus::start_checkpoint` carries it, and the checkpoint uses it when every rank
+//! proposed the same (ARCHITECTURE.md, invariant 2).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

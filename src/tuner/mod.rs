@@ -39,11 +39,11 @@ use crate::codelets::{self, Operation};
 use crate::keys::{Entry, Key, Measured};
 use crate::mpi::{self, Comm};
 use crate::sync::lock;
-use crate::{clock, runtime};
+use crate::{clock, comms, runtime};
 
 use self::drift::drift_check;
-use self::search::{checkpoint, end_stalled_search, search_step};
-use self::state::{CommTuner, Linked, Phase, Tuner, TunerLink, comm_tuner};
+use self::search::{checkpoint, end_stalled_search, finish_checkpoint, search_step};
+use self::state::{CommTuner, Linked, Phase, Place, Tuner, TunerLink, comm_tuner};
 #[cfg(test)]
 pub use self::state::{DISMISSED, KEPT};
 pub use self::state::{
@@ -104,6 +104,18 @@ struct SlowCall<'c, C> {
     slot: &'static CommTuner,
     n: u64,
     k: u64,
+}
+
+impl<C> SlowCall<'_, C> {
+    fn place(&self) -> Place {
+        Place {
+            entry: self.entry,
+            tuner: self.tuner,
+            slot: self.slot,
+            n: self.n,
+            k: self.k,
+        }
+    }
 }
 
 /// How call `k` of a settled key is measured, with the window before its next drift check
@@ -209,6 +221,20 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
     rc
 }
 
+/// MPI_Finalize (every rank is in it): completes the checkpoints still in flight, which MPI
+/// must not be left holding.
+pub fn finalizing() {
+    for record in comms::records() {
+        if let Some(slot) = record
+            .tuner
+            .get()
+            .and_then(|s| s.downcast_ref::<CommTuner>())
+        {
+            drop(lock(&slot.state).started.take());
+        }
+    }
+}
+
 /// What the tuner keeps with `key`: made at its first tuned call.
 #[inline]
 fn link_of(key: &'static Key) -> &'static TunerLink {
@@ -297,6 +323,8 @@ fn measured(tuner: &Tuner, step: &Step, start: u64, call_start: u64, end: u64) {
 fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     let (slot, tuner, n, k) = (at.slot, at.tuner, at.n, at.k);
     let mut comm = lock(&slot.state);
+    // Before the key's lock: the checkpoint may have been this key's.
+    finish_checkpoint(slot, &mut comm, n);
     let mut key = lock(&tuner.state);
     let tunable = *comm.tunable.get_or_insert_with(|| {
         // Whether it is tunable depends only on what every rank sees alike. (Every communicator
@@ -324,9 +352,6 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     }
     if comm.active.is_none() && n >= slot.next_check.load(Ordering::Relaxed) {
         checkpoint(at, &mut comm, &mut key);
-        if comm.is_active(tuner) {
-            return search_step(at, &mut comm, &mut key);
-        }
     }
     if k >= tuner.drift_at.load(Ordering::Relaxed)
         && comm.active.is_none()

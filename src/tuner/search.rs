@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use commtune_tune::checkpoints::{self, Found};
+use commtune_tune::checkpoints::{self, FINISH_AFTER, Found};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::Mark;
 use commtune_tune::{Agreed, Candidate, Next, Plan, Timing};
@@ -13,7 +13,9 @@ use commtune_history::predict::{Basis, Predicted};
 use commtune_report::{HistoryPrediction, HistorySource};
 
 use super::consensus::AgreedPrediction;
-use super::state::{CommTuner, CommTunerState, Phase, Production, Tuner, TunerState, VERIFYING};
+use super::state::{
+    CommTuner, CommTunerState, Phase, Place, Production, StartedCheck, Tuner, TunerState, VERIFYING,
+};
 use super::{Measure, SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Facts, Operation};
 use crate::keys::Entry;
@@ -28,17 +30,16 @@ const MAX_DISAGREEMENTS: u32 = 2;
 /// best codelet so far, so that the communicator's other keys get their turn.
 const STALL: u64 = 4096;
 
-/// A checkpoint: every rank is at communicator instance `n`.
+/// A checkpoint: every rank is at communicator instance `n`. Its reduction is started here and
+/// finished `checkpoints::FINISH_AFTER` instances later (`finish_checkpoint`), which acts on what it found:
+/// the calls between run as they would have without it.
 pub(super) fn checkpoint<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
 ) {
-    let start = clock::now();
-    // The first checkpoint also makes the private communicator and meets one-time costs: it
-    // does not say what a checkpoint costs.
-    let first = comm.private.is_none();
     let settings = runtime::config().tuning;
+    // The first checkpoint also makes the private communicator, which its time leaves out.
     let private = match comm.private {
         Some(p) => p,
         None => match at.slot.record.private(at.call.comm()) {
@@ -46,6 +47,7 @@ pub(super) fn checkpoint<C: Operation>(
             Err(_) => return at.slot.disable(comm),
         },
     };
+    let start = clock::now();
     let warm = matches!(key.phase, Phase::Warmup) && at.k >= settings.warmup;
     // What may run the call, built once: the prediction, the budget and the search read it.
     let candidates = if warm {
@@ -89,44 +91,99 @@ pub(super) fn checkpoint<C: Operation>(
             in_calls(comm.checkpoint, key, at.k)
         },
     };
-    let checkpointed = consensus::checkpoint(&private, &vote);
-    if !first {
-        let took = clock::now().saturating_sub(start);
-        comm.checkpoint = Some(comm.checkpoint.map_or(took, |fastest| fastest.min(took)));
-    }
-    if let Ok(c) = &checkpointed {
-        comm.spacing.weigh(c.checkpoint_over_call);
-        if comm.collectives_timed < COLLECTIVES_TIMED {
-            time_collective(&private, comm);
+    match consensus::start_checkpoint(&private, &vote) {
+        Ok(reduction) => {
+            comm.started = Some(Box::new(StartedCheck {
+                reduction,
+                at: at.place(),
+                candidates,
+                prediction,
+                instances,
+                finish_at: at.n + FINISH_AFTER,
+                spent: clock::now().saturating_sub(start),
+            }));
+            at.slot
+                .next_check
+                .store(at.n + FINISH_AFTER, Ordering::Relaxed);
         }
+        Err(_) => at.slot.disable(comm),
     }
-    let found = match checkpointed.map(|c| c.found) {
-        Ok(consensus::Checkpoint::Agreed {
+}
+
+/// Finishes the checkpoint in flight, if it is due at instance `n` of the communicator (every
+/// rank finishes it at the same instance: the first tuned call at or after `finish_at`, which
+/// none takes the settled path), and acts on what it found for the key it was started at.
+pub(super) fn finish_checkpoint(slot: &'static CommTuner, comm: &mut CommTunerState, n: u64) {
+    let Some(started) = comm.started.take_if(|s| n >= s.finish_at) else {
+        return;
+    };
+    let StartedCheck {
+        reduction,
+        at,
+        candidates,
+        prediction,
+        instances,
+        spent,
+        ..
+    } = *started;
+    let start = clock::now();
+    let checkpointed = reduction.finish();
+    let took = spent + clock::now().saturating_sub(start);
+    comm.checkpoint = Some(comm.checkpoint.map_or(took, |fastest| fastest.min(took)));
+    let Ok(checkpointed) = checkpointed else {
+        return slot.disable(comm);
+    };
+    comm.spacing.weigh(checkpointed.checkpoint_over_call);
+    // Do no harm weighs a search with the cost of its collectives: timed when a checkpoint
+    // found a key whose search it weighed, and known before one starts unless COMMTUNE_BUDGET
+    // searches at once (every rank has timed as many barriers: the checkpoints' outcomes are
+    // agreed).
+    let weighed = matches!(
+        checkpointed.found,
+        consensus::Checkpoint::Agreed {
+            prediction: None,
+            ..
+        }
+    );
+    let unweighed = comm.collectives_timed == 0 && runtime::config().tuning.budget < 1.0;
+    if weighed
+        && comm.collectives_timed < COLLECTIVES_TIMED
+        && let Some(private) = comm.private
+    {
+        time_collective(&private, comm);
+    }
+    let key = &mut *lock(&at.tuner.state);
+    let found = match checkpointed.found {
+        consensus::Checkpoint::Agreed {
             prediction: Some(agreed),
             ..
-        }) => {
+        } => {
             if let Some((proposed, prediction)) = prediction {
-                start_predicted(at, key, agreed, &prediction, proposed.timing, instances);
+                start_predicted(&at, key, agreed, &prediction, proposed.timing, instances);
             }
             Found::Busy
         }
-        Ok(consensus::Checkpoint::Agreed {
+        // A drift check or a safety net may have started a search of another key meanwhile:
+        // one search at a time, and this key is found again.
+        consensus::Checkpoint::Agreed {
             prediction: None,
             not_worth_until: None,
-            ..
-        }) => {
-            start_search(at, comm, key, candidates);
+        } if unweighed || comm.active.is_some() => Found::Busy,
+        consensus::Checkpoint::Agreed {
+            prediction: None,
+            not_worth_until: None,
+        } => {
+            start_search(&at, comm, key, candidates);
             Found::Busy
         }
-        Ok(consensus::Checkpoint::Agreed {
+        consensus::Checkpoint::Agreed {
             prediction: None,
-            not_worth_until: Some(at),
-            ..
-        }) => {
+            not_worth_until: Some(until),
+        } => {
             key.not_worth_elsewhere = key.not_worth.is_none();
-            Found::NotWorthUntil(at)
+            Found::NotWorthUntil(until)
         }
-        Ok(consensus::Checkpoint::Disagreed) => {
+        consensus::Checkpoint::Disagreed => {
             key.disagreements += 1;
             if key.disagreements >= MAX_DISAGREEMENTS {
                 key.reason = Some(
@@ -136,14 +193,13 @@ pub(super) fn checkpoint<C: Operation>(
             }
             Found::Busy
         }
-        Ok(consensus::Checkpoint::Partial) => {
+        consensus::Checkpoint::Partial => {
             key.partial += 1;
             Found::Busy
         }
-        Ok(consensus::Checkpoint::Nothing) => Found::Idle,
-        Err(_) => return at.slot.disable(comm),
+        consensus::Checkpoint::Nothing => Found::Idle,
     };
-    at.slot.schedule_check(comm, at.n, found);
+    slot.schedule_check(comm, n, found);
 }
 
 /// The codelets that may run a call of `facts` and the tuner may try.
@@ -194,8 +250,8 @@ fn predict<C: Operation>(
 /// first check is the safety net's (`drift::safety_net`). A search would have run
 /// `instances` at most. A prediction measured with another `timing` makes it the key's: the
 /// safety net measures production as that job did, and a search after it times alike.
-fn start_predicted<C: Operation>(
-    at: &SlowCall<C>,
+fn start_predicted(
+    at: &Place,
     key: &mut TunerState,
     agreed: AgreedPrediction,
     prediction: &Predicted,
@@ -207,7 +263,7 @@ fn start_predicted<C: Operation>(
     }
     let AgreedPrediction { winner, us, .. } = agreed;
     let config = runtime::config();
-    let names = codelets::names(C::OP);
+    let names = codelets::names(at.entry.op);
     key.prediction = Some(HistoryPrediction {
         predictor: prediction.predictor.name().to_string(),
         from: prediction
@@ -313,8 +369,8 @@ fn search_instances(candidates: usize) -> u64 {
 
 /// Starts (or restarts) the search of the key at this call among `candidates`; false when only
 /// native can run the call (the key then settles on native).
-pub(super) fn start_search<C: Operation>(
-    at: &SlowCall<C>,
+pub(super) fn start_search(
+    at: &Place,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     candidates: Vec<Candidate>,

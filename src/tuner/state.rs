@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use commtune_history::How;
+use commtune_history::predict::Predicted;
 use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, PredictionTrial, SelfCheck};
 use commtune_tune::check::{self, Drift, Lead, Prediction};
@@ -21,10 +22,12 @@ use commtune_tune::report::{
 };
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
-use commtune_tune::{Agreed, Plan, Timing};
+use commtune_tune::{Agreed, Candidate, Plan, Timing};
 use rustc_hash::FxBuildHasher;
 
+use super::consensus::{Proposed, StartedCheckpoint};
 use crate::comms::{self, Communicator};
+use crate::keys::Entry;
 use crate::mpi::{Comm, MPI_Comm};
 use crate::runtime;
 use crate::sync::{LeakedCell, lock};
@@ -56,10 +59,41 @@ pub struct CommTunerState {
     /// This rank's fastest checkpoint so far, clock ticks: what checkpoints cost (their
     /// spacing).
     pub checkpoint: Option<u64>,
+    /// The checkpoint whose reduction is in flight (`next_check` is then the instance where it
+    /// is finished).
+    pub started: Option<Box<StartedCheck>>,
     /// The keys of this epoch, by agreed identity.
     keys: HashMap<u64, &'static Tuner, FxBuildHasher>,
     /// The one untuned tuner of every agreed identity beyond `MAX_KEYS`.
     overflow: Option<&'static Tuner>,
+}
+
+/// Where a call was: what acting on its key needs once the call has returned (a checkpoint's
+/// outcome arrives at a later call of the communicator).
+#[derive(Clone, Copy)]
+pub struct Place {
+    pub entry: &'static Entry,
+    pub tuner: &'static Tuner,
+    pub slot: &'static CommTuner,
+    /// The communicator's instance, and the key's call number.
+    pub n: u64,
+    pub k: u64,
+}
+
+/// A checkpoint whose reduction is in flight, with what this rank brought to it.
+pub struct StartedCheck {
+    pub reduction: StartedCheckpoint,
+    /// The call this rank checked at.
+    pub at: Place,
+    /// The codelets that may run the key's calls, its prediction from the history, and the
+    /// instances a search of them would run (empty, None, 0 when the key had not warmed up).
+    pub candidates: Vec<Candidate>,
+    pub prediction: Option<(Proposed, Predicted)>,
+    pub instances: u64,
+    /// The communicator instance at which it is finished.
+    pub finish_at: u64,
+    /// Clock ticks spent starting it.
+    pub spent: u64,
 }
 
 /// Agreed identities one communicator tunes apart (per epoch), so that memory stays bounded when
@@ -79,6 +113,7 @@ impl CommTunerState {
             collective: None,
             collectives_timed: 0,
             checkpoint: None,
+            started: None,
             keys: HashMap::default(),
             overflow: None,
         }
@@ -159,6 +194,7 @@ pub fn forget(bits: usize) {
     else {
         return;
     };
+    // Every rank is in MPI_Comm_free: a checkpoint in flight completes as its state is dropped.
     *lock(&tuner.state) = CommTunerState::new();
     tuner.next_check.store(Spacing::FIRST, Ordering::Relaxed);
     tuner.searching.store(false, Ordering::Relaxed);

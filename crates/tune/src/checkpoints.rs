@@ -24,6 +24,12 @@ use crate::budget;
 pub const MIN_INTERVAL: u64 = 4;
 pub const MAX_INTERVAL: u64 = 1 << 16;
 
+/// A checkpoint's reduction is finished this many instances of the communicator after it
+/// started, and what it found is acted on there: the application's calls between progress it.
+/// Finished at the next instance, on the 1 Gbit/s rig the wait still took 25 to 60 us of the
+/// 60 to 75 a blocking checkpoint took.
+pub const FINISH_AFTER: u64 = 4;
+
 /// The share of a communicator's time that checkpoints finding nothing may take.
 pub const SHARE: f64 = 0.01;
 
