@@ -34,22 +34,22 @@ fn spreads<const N: usize>(both: &[i64]) -> [Spread; N] {
     })
 }
 
-/// A reduction in flight: its buffer and request. Dropped before `wait`, it completes the
+/// A `min_max_i64` in flight: its buffer and request. Dropped before `wait`, it completes the
 /// reduction (collectives cannot be cancelled, and MPI must not write a freed buffer).
-pub struct Started<T> {
-    values: Box<[T]>,
+pub struct StartedMinMax<const N: usize> {
+    both: Box<[i64]>,
     request: MPI_Request,
 }
 
 // SAFETY: an MPI request is a handle MPI lets any thread complete (the tuner completes it under
-// a lock, one thread at a time).
-unsafe impl<T: Send> Send for Started<T> {}
+// its communicator's lock, one thread at a time).
+unsafe impl<const N: usize> Send for StartedMinMax<N> {}
 
-impl<T> Started<T> {
-    /// Completes the reduction: the reduced values.
-    pub fn wait(mut self) -> MpiResult<Box<[T]>> {
+impl<const N: usize> StartedMinMax<N> {
+    /// Completes the reduction: what `Comm::min_max_i64` would have returned.
+    pub fn wait(mut self) -> MpiResult<[Spread; N]> {
         self.complete()?;
-        Ok(std::mem::take(&mut self.values))
+        Ok(spreads(&self.both))
     }
 
     fn complete(&mut self) -> MpiResult {
@@ -61,19 +61,9 @@ impl<T> Started<T> {
     }
 }
 
-impl<T> Drop for Started<T> {
+impl<const N: usize> Drop for StartedMinMax<N> {
     fn drop(&mut self) {
         let _ = self.complete();
-    }
-}
-
-/// A `min_max_i64` in flight.
-pub struct StartedMinMax<const N: usize>(Started<i64>);
-
-impl<const N: usize> StartedMinMax<N> {
-    /// Completes the reduction: what `Comm::min_max_i64` would have returned.
-    pub fn wait(self) -> MpiResult<[Spread; N]> {
-        Ok(spreads(&self.0.wait()?))
     }
 }
 
@@ -100,33 +90,17 @@ impl Comm {
         &self,
         values: [i64; N],
     ) -> MpiResult<StartedMinMax<N>> {
+        let mut both = with_negations(values);
+        let n = i32::try_from(both.len()).map_err(|_| ffi::MPI_ERR_COUNT as i32)?;
+        let mut request = super::request_null();
         // SAFETY: reading constants exported by mpi-sys.
         let (datatype, op) = unsafe { (ffi::RSMPI_INT64_T, ffi::RSMPI_MAX) };
-        self.start_in_place(with_negations(values), datatype, op)
-            .map(StartedMinMax)
-    }
-
-    /// `allreduce_max_f64` started now and completed by `Started::wait`, as `start_min_max_i64`.
-    pub fn start_max_f64(&self, values: &[f64]) -> MpiResult<Started<f64>> {
-        // SAFETY: reading constants exported by mpi-sys.
-        let (datatype, op) = unsafe { (ffi::RSMPI_DOUBLE, ffi::RSMPI_MAX) };
-        self.start_in_place(values.into(), datatype, op)
-    }
-
-    fn start_in_place<T>(
-        &self,
-        mut values: Box<[T]>,
-        datatype: MPI_Datatype,
-        op: MPI_Op,
-    ) -> MpiResult<Started<T>> {
-        let n = i32::try_from(values.len()).map_err(|_| ffi::MPI_ERR_COUNT as i32)?;
-        let mut request = super::request_null();
-        // SAFETY: an in-place reduction of `n` elements of `datatype` in a heap buffer that the
-        // returned value owns and keeps until the request completes (`wait` or drop).
+        // SAFETY: an in-place reduction of `n` elements in a heap buffer that the returned value
+        // owns and keeps until the request completes (`wait` or drop).
         check(unsafe {
             ffi::PMPI_Iallreduce(
                 super::constants().in_place,
-                values.as_mut_ptr().cast(),
+                both.as_mut_ptr().cast(),
                 n,
                 datatype,
                 op,
@@ -134,7 +108,7 @@ impl Comm {
                 &mut request,
             )
         })?;
-        Ok(Started { values, request })
+        Ok(StartedMinMax { both, request })
     }
 
     /// Element-wise maximum over ranks, in place.

@@ -4,7 +4,7 @@
 //! Every outcome is computed from the reduced values, so it is the same everywhere.
 
 use crate::mpi::datatype::MpiResult;
-use crate::mpi::{Comm, Started, StartedMinMax};
+use crate::mpi::{Comm, StartedMinMax};
 use commtune_tune::{Agreed, Timing};
 
 /// What a checkpoint found about the key each rank is at.
@@ -165,21 +165,6 @@ pub fn drift(comm: &Comm, ratio: f64) -> MpiResult<f64> {
     let mut values = [ratio];
     comm.allreduce_sum_f64(&mut values)?;
     Ok(values[0] / f64::from(comm.size.max(1)))
-}
-
-/// `realised` in flight: started at a check, finished `checkpoints::FINISH_AFTER` calls of its
-/// key later, so that its latency overlaps the application's calls between.
-pub struct StartedRealised(Started<f64>);
-
-/// Starts `realised`.
-pub fn start_realised(comm: &Comm, value: f64) -> MpiResult<StartedRealised> {
-    comm.start_max_f64(&[value]).map(StartedRealised)
-}
-
-impl StartedRealised {
-    pub fn finish(self) -> MpiResult<f64> {
-        Ok(self.0.wait()?[0])
-    }
 }
 
 /// A decision's realised time per call, reduced as search estimates are (maximum over ranks).

@@ -11,9 +11,7 @@
 //! against what production last measured of the search's other best codelets.
 
 use commtune_report::PredictionTrial;
-use commtune_tune::Timing;
 use commtune_tune::check::{self, AfterTrial, Judgement, Prediction, Verdict};
-use commtune_tune::checkpoints::FINISH_AFTER;
 use commtune_tune::timeline::Mark;
 
 use super::search::{candidates, search_step, start_search, trace};
@@ -59,7 +57,8 @@ pub(super) fn drift_check<C: Operation>(
     if p.drift.baseline.is_none()
         && let Some(predicted_us) = verifying(&key.prediction)
     {
-        let measured_us = verification(at, comm, p, timing)??;
+        let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
+        let measured_us = agreed_us(comm, ticks)?;
         let verdict = safety_net(at, comm, key, predicted_us, measured_us);
         if verdict.is_some() || matches!(&key.phase, Phase::Production(p) if p.trial.is_some()) {
             return verdict;
@@ -168,26 +167,6 @@ fn search_again<C: Operation>(
 ) -> Option<Step> {
     let candidates = candidates::<C>(&at.call.facts());
     start_search(&at.place(), comm, key, candidates).then(|| search_step(at, comm, key))
-}
-
-/// The predicted winner's window, agreed as `agreed_us` is: its reduction is started at the
-/// check (Some(None): come back `FINISH_AFTER` calls later, the window growing meanwhile) and
-/// finished there, so that a second run's one safety net overlaps the application as its
-/// checkpoints do. None: the reduction failed.
-fn verification<C>(
-    at: &SlowCall<C>,
-    comm: &CommTunerState,
-    p: &mut Production,
-    timing: Timing,
-) -> Option<Option<f64>> {
-    if let Some(started) = p.verifying.take() {
-        return started.finish().ok().map(Some);
-    }
-    let ticks = check::realised(timing, p.window_start, &p.window, clock::now());
-    let us = ticks * clock::ns_per_tick() * 1e-3;
-    p.verifying = Some(consensus::start_realised(&comm.private?, us).ok()?);
-    at.tuner.check_drift_at(at.k + FINISH_AFTER);
-    Some(None)
 }
 
 /// `ticks` per call on this rank as microseconds, agreed (the maximum over ranks): what the

@@ -221,8 +221,8 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
     rc
 }
 
-/// MPI_Finalize (every rank is in it): completes the reductions still in flight (checkpoints',
-/// safety nets'), which MPI must not be left holding.
+/// MPI_Finalize (every rank is in it): completes the checkpoints still in flight, which MPI
+/// must not be left holding.
 pub fn finalizing() {
     for record in comms::records() {
         if let Some(slot) = record
@@ -230,7 +230,7 @@ pub fn finalizing() {
             .get()
             .and_then(|s| s.downcast_ref::<CommTuner>())
         {
-            lock(&slot.state).complete_started();
+            drop(lock(&slot.state).started.take());
         }
     }
 }

@@ -25,7 +25,7 @@ use commtune_tune::timeline::Timeline;
 use commtune_tune::{Agreed, Candidate, Plan, Timing};
 use rustc_hash::FxBuildHasher;
 
-use super::consensus::{Proposed, StartedCheckpoint, StartedRealised};
+use super::consensus::{Proposed, StartedCheckpoint};
 use crate::comms::{self, Communicator};
 use crate::keys::Entry;
 use crate::mpi::{Comm, MPI_Comm};
@@ -119,17 +119,6 @@ impl CommTunerState {
         }
     }
 
-    /// Completes the reductions of this communicator still in flight: its checkpoint's and its
-    /// keys' safety nets' (every rank is freeing the communicator, or finalizing).
-    pub fn complete_started(&mut self) {
-        drop(self.started.take());
-        for tuner in self.keys.values() {
-            if let Phase::Production(p) = &mut lock(&tuner.state).phase {
-                drop(p.verifying.take());
-            }
-        }
-    }
-
     pub fn is_active(&self, tuner: &Tuner) -> bool {
         self.active.is_some_and(|(t, _)| std::ptr::eq(t, tuner))
     }
@@ -205,11 +194,8 @@ pub fn forget(bits: usize) {
     else {
         return;
     };
-    // Every rank is in MPI_Comm_free: the reductions in flight complete before the private
-    // communicator is freed.
-    let mut state = lock(&tuner.state);
-    state.complete_started();
-    *state = CommTunerState::new();
+    // Every rank is in MPI_Comm_free: a checkpoint in flight completes as its state is dropped.
+    *lock(&tuner.state) = CommTunerState::new();
     tuner.next_check.store(Spacing::FIRST, Ordering::Relaxed);
     tuner.searching.store(false, Ordering::Relaxed);
 }
@@ -579,8 +565,6 @@ pub struct Production {
     /// another clearly ahead of the winner (`drift::lead_check`).
     pub lead: Lead,
     pub lead_strikes: u32,
-    /// The safety net's first reduction in flight (`drift::verification`).
-    pub verifying: Option<StartedRealised>,
 }
 
 /// A codelet on trial: the winner missed what was predicted or won a close race, so another
@@ -645,7 +629,6 @@ impl Production {
             alternative: None,
             lead,
             lead_strikes: 0,
-            verifying: None,
         }
     }
 
