@@ -698,17 +698,27 @@ fn a_close_race_tries_the_runner_up_and_the_third_in_production() {
     );
 }
 
-fn mismatch(flavour: Flavour, np: usize) {
-    let dir = scratch(&format!("tuner_mismatch_{}", flavour.name()));
-    let exe = compile(flavour, "mismatch.c", &dir);
+/// tests/programs/`name`.c with `args`, searched as soon as its calls are warm: it succeeded and
+/// says its results are correct.
+fn tuned_program(flavour: Flavour, np: usize, name: &str, args: &[&str]) -> Job {
+    let dir = scratch(&format!("tuner_{name}_{}", flavour.name()));
+    let exe = compile(flavour, &format!("{name}.c"), &dir);
     let job = run(flavour, np, &exe, &dir)
-        .args(&["200"])
+        .args(args)
         .env("COMMTUNE_MODE", "tune")
         .env("COMMTUNE_BUDGET", NO_LIMIT)
         .go();
     job.assert_success();
-    assert!(job.stdout().contains("mismatch: results correct"));
-    let report = job.report();
+    assert!(
+        job.stdout().contains(&format!("{name}: results correct")),
+        "{}",
+        job.stdout()
+    );
+    job
+}
+
+fn mismatch(flavour: Flavour, np: usize) {
+    let report = tuned_program(flavour, np, "mismatch", &["200"]).report();
     // Calls that match across ranks are tuned together, whatever line each rank calls from.
     let winner = |marker: &str| {
         let t = tuning(site_at_line(&report, marker_line("mismatch.c", marker))).clone();
@@ -910,16 +920,7 @@ fn a_search_worth_it_on_one_rank_only_does_not_start_mpich() {
 /// key for the tuner on every rank: no deadlock, correct results, and the search reaches a
 /// decision.
 fn local_variants(flavour: Flavour, np: usize) {
-    let dir = scratch(&format!("tuner_local_variants_{}", flavour.name()));
-    let exe = compile(flavour, "local_variants.c", &dir);
-    let job = run(flavour, np, &exe, &dir)
-        .args(&["400"])
-        .env("COMMTUNE_MODE", "tune")
-        .env("COMMTUNE_BUDGET", NO_LIMIT)
-        .go();
-    job.assert_success();
-    assert!(job.stdout().contains("local_variants: results correct"));
-    let report = job.report();
+    let report = tuned_program(flavour, np, "local_variants", &["400"]).report();
     for marker in ["SITE:alltoall", "SITE:allgatherv"] {
         let line = marker_line("local_variants.c", marker);
         for site in sites(&report)
@@ -947,20 +948,7 @@ fn local_variants_are_one_key_mpich() {
 /// tolerate a request left pending there: a library that left it passed this test too, so what
 /// it guards against is a hang or a wrong result, not the leak.)
 fn checkpoint_in_flight(flavour: Flavour, np: usize) {
-    let dir = scratch(&format!("tuner_checkpoint_in_flight_{}", flavour.name()));
-    let exe = compile(flavour, "checkpoint_in_flight.c", &dir);
-    let job = run(flavour, np, &exe, &dir)
-        .args(&["6"])
-        .env("COMMTUNE_MODE", "tune")
-        .env("COMMTUNE_BUDGET", NO_LIMIT)
-        .go();
-    job.assert_success();
-    assert!(
-        job.stdout()
-            .contains("checkpoint_in_flight: results correct"),
-        "{}",
-        job.stdout()
-    );
+    let job = tuned_program(flavour, np, "checkpoint_in_flight", &["6"]);
     let report = job.report();
     let calls: u64 = sites(&report)
         .iter()
