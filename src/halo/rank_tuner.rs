@@ -1162,16 +1162,28 @@ mod tests {
         class
     }
 
+    /// The prediction's outcome is `outcome` after its trial of native, which measured
+    /// `native_us` and saved `saved` search instances: the trial as reported.
+    fn native_trial(
+        t: &EpisodeTuner,
+        outcome: &str,
+        saved: u64,
+        native_us: f64,
+    ) -> PredictionTrial {
+        let prediction = t.prediction.clone().unwrap();
+        assert_eq!(prediction.outcome, outcome);
+        assert_eq!(prediction.saved_instances, saved);
+        let trial = prediction.trial.expect("the trial is reported");
+        assert_eq!(trial.codelet, "native");
+        assert!((trial.measured_us - native_us).abs() < 1e-6);
+        trial
+    }
+
     #[test]
     fn a_missed_prediction_that_native_does_not_beat_is_kept() {
         let class = tried(160.0);
         let t = lock(&class.tuner);
-        let prediction = t.prediction.clone().unwrap();
-        assert_eq!(prediction.outcome, KEPT);
-        assert_eq!(prediction.saved_instances, 8);
-        let trial = prediction.trial.expect("the trial is reported");
-        assert_eq!(trial.codelet, "native");
-        assert!((trial.measured_us - 160.0).abs() < 1e-6);
+        let trial = native_trial(&t, KEPT, 8, 160.0);
         assert_eq!(
             trial.winner_after_us, None,
             "native did not beat the winner: no window after"
@@ -1213,11 +1225,7 @@ mod tests {
         // The window that missed held a lost time slice: the one after the trial does not.
         let class = tried_and_returned(100.0, 98.0);
         let t = lock(&class.tuner);
-        let prediction = t.prediction.clone().unwrap();
-        assert_eq!(prediction.outcome, KEPT);
-        let trial = prediction.trial.expect("the trial is reported");
-        assert_eq!(trial.codelet, "native");
-        assert!((trial.measured_us - 100.0).abs() < 1e-6);
+        let trial = native_trial(&t, KEPT, 8, 100.0);
         assert!(
             (trial.winner_after_us.unwrap() - 98.0).abs() < 1e-6,
             "the window that kept it"
@@ -1229,13 +1237,7 @@ mod tests {
     fn a_missed_prediction_that_native_beats_is_dismissed_and_searched() {
         let class = tried_and_returned(100.0, 150.0);
         let t = lock(&class.tuner);
-        let prediction = t.prediction.clone().unwrap();
-        assert_eq!(prediction.outcome, DISMISSED);
-        assert_eq!(prediction.saved_instances, 0);
-        assert_eq!(
-            prediction.trial.map(|t| t.codelet).as_deref(),
-            Some("native")
-        );
+        native_trial(&t, DISMISSED, 0, 100.0);
         assert!(t.production.is_none() && t.search.is_some());
         drop(t);
         assert!(decision(&class).is_none(), "searching: nothing decided yet");

@@ -1,6 +1,6 @@
 //! The only place that talks across ranks about tuning decisions: one small allreduce on the
 //! private communicator per checkpoint, round or drift check, at the same instance on every rank
-//! (a checkpoint's is started there and finished at the communicator's next tuned call).
+//! (a checkpoint's is started there and finished `checkpoints::FINISH_AFTER` instances later).
 //! Every outcome is computed from the reduced values, so it is the same everywhere.
 
 use crate::mpi::datatype::MpiResult;
@@ -76,9 +76,9 @@ pub struct Checkpointed {
     pub checkpoint_over_call: f64,
 }
 
-/// A checkpoint's reduction in flight: started at the checkpoint's instance, finished at the
-/// communicator's next tuned call (or when the communicator is freed, or at MPI_Finalize), so
-/// that its latency overlaps the application's call between.
+/// A checkpoint's reduction in flight: started at the checkpoint's instance, finished
+/// `checkpoints::FINISH_AFTER` instances later (or when the communicator is freed, or at
+/// MPI_Finalize), so that its latency overlaps the application's calls between.
 pub struct StartedCheckpoint(StartedMinMax<8>);
 
 /// Starts the reduction of each rank's vote: a rank's own view of any of it never starts

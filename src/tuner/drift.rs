@@ -166,7 +166,7 @@ fn search_again<C: Operation>(
     key: &mut TunerState,
 ) -> Option<Step> {
     let candidates = candidates::<C>(&at.call.facts());
-    start_search(&at.place(), comm, key, candidates).then(|| search_step(at, comm, key))
+    start_search(&at.place, comm, key, candidates).then(|| search_step(at, comm, key))
 }
 
 /// `ticks` per call on this rank as microseconds, agreed (the maximum over ranks): what the

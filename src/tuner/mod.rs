@@ -7,8 +7,9 @@
 //! decision is taken at an instance index all ranks compute alike, from one reduction on the
 //! private communicator:
 //! - checkpoints, at instances spaced by shared, deterministic intervals: each rank proposes the
-//!   key it is at if that key has repeated (COMMTUNE_WARMUP); if all ranks propose the same key,
-//!   its search starts there. Keys whose ranks disagree (different sites or signatures) are
+//!   key it is at if that key has repeated (COMMTUNE_WARMUP); the reduction is finished
+//!   `checkpoints::FINISH_AFTER` instances later, and if all ranks proposed the same key, its
+//!   search (or its prediction from the history) starts there. Keys whose ranks disagree (different sites or signatures) are
 //!   never tuned. One key per communicator is searched at a time.
 //! - round ends: after each round of the search schedule the per-rank estimates are reduced
 //!   (maximum over ranks) and the search policy prunes or decides.
@@ -27,6 +28,7 @@ mod trace;
 
 use std::any::Any;
 use std::ffi::c_int;
+use std::ops::Deref;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
@@ -93,28 +95,20 @@ impl Step {
     }
 }
 
-/// A call off the settled path: the call, its local key and the key's entry, the tuner of its
-/// agreed identity, its communicator, the communicator's instance `n` and the key's call number
-/// `k`.
+/// A call off the settled path: the call and its local key, and where it is (`Place`: the key's
+/// entry, the tuner of its agreed identity, its communicator, the communicator's instance `n`
+/// and the key's call number `k`), which its fields read through.
 struct SlowCall<'c, C> {
     call: &'c C,
     key: &'static Key,
-    entry: &'static Entry,
-    tuner: &'static Tuner,
-    slot: &'static CommTuner,
-    n: u64,
-    k: u64,
+    place: Place,
 }
 
-impl<C> SlowCall<'_, C> {
-    fn place(&self) -> Place {
-        Place {
-            entry: self.entry,
-            tuner: self.tuner,
-            slot: self.slot,
-            n: self.n,
-            k: self.k,
-        }
+impl<C> Deref for SlowCall<'_, C> {
+    type Target = Place;
+
+    fn deref(&self) -> &Place {
+        &self.place
     }
 }
 
@@ -170,11 +164,13 @@ pub fn run<C: Operation>(call: &C, key: &'static Key, entry: &'static Entry) -> 
         slow_step(&SlowCall {
             call,
             key,
-            entry,
-            tuner,
-            slot,
-            n,
-            k,
+            place: Place {
+                entry,
+                tuner,
+                slot,
+                n,
+                k,
+            },
         })
     };
     let timed = step.measure != Measure::Counted;
@@ -324,7 +320,7 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
     let (slot, tuner, n, k) = (at.slot, at.tuner, at.n, at.k);
     let mut comm = lock(&slot.state);
     // Before the key's lock: the checkpoint may have been this key's.
-    finish_checkpoint(slot, &mut comm, n);
+    finish_checkpoint(&mut comm, n);
     let mut key = lock(&tuner.state);
     let tunable = *comm.tunable.get_or_insert_with(|| {
         // Whether it is tunable depends only on what every rank sees alike. (Every communicator

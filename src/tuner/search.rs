@@ -95,11 +95,10 @@ pub(super) fn checkpoint<C: Operation>(
         Ok(reduction) => {
             comm.started = Some(Box::new(StartedCheck {
                 reduction,
-                at: at.place(),
+                at: at.place,
                 candidates,
                 prediction,
                 instances,
-                finish_at: at.n + FINISH_AFTER,
                 spent: clock::now().saturating_sub(start),
             }));
             at.slot
@@ -110,13 +109,16 @@ pub(super) fn checkpoint<C: Operation>(
     }
 }
 
-/// Finishes the checkpoint in flight, if it is due at instance `n` of the communicator (every
-/// rank finishes it at the same instance: the first tuned call at or after `finish_at`, which
-/// none takes the settled path), and acts on what it found for the key it was started at.
-pub(super) fn finish_checkpoint(slot: &'static CommTuner, comm: &mut CommTunerState, n: u64) {
-    let Some(started) = comm.started.take_if(|s| n >= s.finish_at) else {
+/// Finishes the checkpoint in flight, if it is due at instance `n` of the communicator, and acts
+/// on what it found for the key it was started at. Every rank finishes it at the same instance:
+/// the first call `FINISH_AFTER` or more instances after it started that takes the slow path
+/// (`next_check` sends every call there, and while a search started meanwhile holds the
+/// communicator, the searched key's calls), which the agreed state decides alike everywhere.
+pub(super) fn finish_checkpoint(comm: &mut CommTunerState, n: u64) {
+    let Some(started) = comm.started.take_if(|s| n >= s.at.n + FINISH_AFTER) else {
         return;
     };
+    let slot = started.at.slot;
     let StartedCheck {
         reduction,
         at,
@@ -163,8 +165,9 @@ pub(super) fn finish_checkpoint(slot: &'static CommTuner, comm: &mut CommTunerSt
             }
             Found::Busy
         }
-        // A drift check or a safety net may have started a search of another key meanwhile:
-        // one search at a time, and this key is found again.
+        // Not yet: no barrier was timed before this one (see above), or a drift check or a
+        // safety net started a search of another key meanwhile (one search at a time). A later
+        // checkpoint finds this key again.
         consensus::Checkpoint::Agreed {
             prediction: None,
             not_worth_until: None,
@@ -312,13 +315,15 @@ fn start_predicted(
 /// Barriers timed after checkpoints (do no harm's cost of a collective): the fastest of a few.
 const COLLECTIVES_TIMED: u32 = 3;
 
-/// Times one barrier on the private communicator right after a checkpoint's reduction, which
-/// every rank left together (the reduction's own time includes waiting for the last rank to
-/// arrive): what one of a search's small collectives costs on this rank. Every rank runs the
-/// same checkpoints, so every rank holds the same barriers.
+/// Times one barrier on the private communicator right after another, which every rank left
+/// together (the first's own time includes waiting for the last rank to arrive, as a blocking
+/// checkpoint's reduction did before it; the checkpoint's reduction now finishes on each rank
+/// as its own calls allow): what one of a search's small collectives costs on this rank. Every
+/// rank finishes the same checkpoints, so every rank holds the same barriers.
 fn time_collective(private: &Comm, comm: &mut CommTunerState) {
+    let together = private.barrier();
     let start = clock::now();
-    if private.barrier().is_ok() {
+    if together.is_ok() && private.barrier().is_ok() {
         let took = clock::now().saturating_sub(start);
         comm.collective = Some(comm.collective.map_or(took, |fastest| fastest.min(took)));
     }

@@ -60,7 +60,7 @@ pub struct CommTunerState {
     /// spacing).
     pub checkpoint: Option<u64>,
     /// The checkpoint whose reduction is in flight (`next_check` is then the instance where it
-    /// is finished).
+    /// is finished: `checkpoints::FINISH_AFTER` after its own).
     pub started: Option<Box<StartedCheck>>,
     /// The keys of this epoch, by agreed identity.
     keys: HashMap<u64, &'static Tuner, FxBuildHasher>,
@@ -90,8 +90,6 @@ pub struct StartedCheck {
     pub candidates: Vec<Candidate>,
     pub prediction: Option<(Proposed, Predicted)>,
     pub instances: u64,
-    /// The communicator instance at which it is finished.
-    pub finish_at: u64,
     /// Clock ticks spent starting it.
     pub spent: u64,
 }
