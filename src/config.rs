@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use commtune_report::Op;
 use commtune_tune::settings::SAMPLES;
-use commtune_tune::{Filter, Search, Settings, Timing};
+use commtune_tune::{Filter, Search, Settings};
 
 /// The codelet names of each operation, in registry order (the library's registries: this module
 /// only validates against them).
@@ -176,7 +176,7 @@ pub const KNOBS: &[Knob] = &[
     knob("COMMTUNE_HALO_NEIGHBOR", "off", "off, on"),
     knob("COMMTUNE_SEARCH", "attributes", "brute, attributes, racing"),
     knob("COMMTUNE_FILTER", "robust", "minfactor, iqr, robust"),
-    knob("COMMTUNE_TIMING", "barrier", "local, barrier, period"),
+    knob("COMMTUNE_TIMING", "auto", "auto, local, barrier, period"),
     knob("COMMTUNE_SAMPLES", "4", "an integer from 1 to 1000"),
     knob("COMMTUNE_BLOCK", "1", "an integer from 1 to 64"),
     knob("COMMTUNE_HALO_BLOCK", "4", "an integer from 2 to 64"),
@@ -265,7 +265,7 @@ where
                 .find(|f| *f == value)
                 .map(|f| filter = f)
                 .is_some(),
-            "COMMTUNE_TIMING" => set(&mut t.timing, Timing::parse(value)),
+            "COMMTUNE_TIMING" => set(t, t.with_timing(value)),
             "COMMTUNE_SAMPLES" => set(
                 &mut t.samples,
                 number(value, *SAMPLES.start(), *SAMPLES.end()),
@@ -505,6 +505,7 @@ fn is_launcher_variable(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use commtune_tune::Timing;
 
     /// The registries' names, as the library's codelets module gives them.
     fn names(op: Op) -> Vec<&'static str> {
@@ -572,6 +573,7 @@ mod tests {
             }
         );
         assert_eq!(c.tuning.timing, Timing::Period);
+        assert!(!c.tuning.auto_timing);
         assert_eq!(c.tuning.samples, 12);
         assert_eq!(c.tuning.budget, 0.3);
         assert_eq!(c.halo_tuning, c.tuning.for_halo(6, 3));

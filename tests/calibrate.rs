@@ -488,8 +488,9 @@ fn bad_input_is_a_clear_error() {
     let out = bad_timing.output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("COMMTUNE_TIMING=\"wall\" is not valid (accepted: local, barrier, period)"),
+        String::from_utf8_lossy(&out.stderr).contains(
+            "COMMTUNE_TIMING=\"wall\" is not valid (accepted: auto, local, barrier, period)"
+        ),
         "{}",
         text(&out)
     );

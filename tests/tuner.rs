@@ -8,7 +8,7 @@ use common::{
     ALLGATHERV, ALLREDUCE, ALLTOALL, Flavour, Job, Mpich, OpenMpi, all_but, compile, events,
     marker_line, per_rank_env, reopening_delays, run, scratch, site_at_line, sites,
 };
-use commtune_tune::{Timing, budget, sampling};
+use commtune_tune::{Timing, budget, sampling, settings};
 use serde_json::Value;
 
 /// These tests check how searches decide, so they search as soon as a key is warm: the default
@@ -319,6 +319,59 @@ fn no_injected_delay_completes_with_correct_results() {
             assert!(t["winner"].is_string());
         }
     }
+}
+
+/// COMMTUNE_TIMING=auto (the default) searches a key with local timing where one of the
+/// tuner's barriers takes at least `LOCAL_TIMING_FROM` of the key's call, agreed over the ranks
+/// (the report's `collective_over_call`), and with barrier timing elsewhere. On shared memory a
+/// call of a few doubles and a barrier take about as long, so either may come out there; with
+/// native slowed down by 2 ms (the calls the ratio is taken over), barrier timing must.
+/// Checkpoints fall on any of the loop's three calls, so which keys are searched varies; a key
+/// whose self-check reopened its search (with the other timing) is left out.
+fn auto_timing_follows_the_agreed_ratio(flavour: Flavour) {
+    let timed = |site: &Value| {
+        let t = tuning(site);
+        let ratio = t["collective_over_call"].as_f64().unwrap_or(0.0);
+        assert!(ratio > 0.0, "do no harm timed a barrier first: {t:#}");
+        let local = ratio >= settings::LOCAL_TIMING_FROM;
+        assert_eq!(
+            t["search_timing"],
+            if local { "local" } else { "barrier" },
+            "{t:#}"
+        );
+        ratio
+    };
+    let searched = |job: &Job| -> Vec<f64> {
+        let report = job.report();
+        let ratios: Vec<f64> = ["SITE:allreduce", "SITE:alltoall", "SITE:allgatherv"]
+            .into_iter()
+            .map(|marker| loop_site(&report, marker))
+            .filter(|site| tuning(site)["searches"] == 1)
+            .map(timed)
+            .collect();
+        assert!(!ratios.is_empty(), "no key searched once: {report:#}");
+        ratios
+    };
+    let budget = ("COMMTUNE_BUDGET", "0.2");
+    searched(&tuned_loop(flavour, 2, "auto_timing", "3000", &[budget]));
+    let slow = (
+        "COMMTUNE_INJECT_DELAY",
+        "allreduce:native=2ms,alltoall:native=2ms,allgatherv:native=2ms",
+    );
+    let job = tuned_loop(flavour, 2, "auto_timing_slow", "300", &[budget, slow]);
+    for ratio in searched(&job) {
+        assert!(ratio < settings::LOCAL_TIMING_FROM, "{ratio}");
+    }
+}
+
+#[test]
+fn auto_timing_follows_the_agreed_ratio_openmpi() {
+    auto_timing_follows_the_agreed_ratio(OpenMpi);
+}
+
+#[test]
+fn auto_timing_follows_the_agreed_ratio_mpich() {
+    auto_timing_follows_the_agreed_ratio(Mpich);
 }
 
 #[test]

@@ -40,11 +40,13 @@ pub use text::summary;
 /// - 8: where a saving's replaced codelet was timed (`tuning.saving.replaced_in`).
 /// - 9: the predicted winner's window after a trial its alternative won
 ///   (`tuning.prediction.trial.winner_after_us`).
+/// - 10: how a key's searches timed their samples (`tuning.search_timing`), and what one of
+///   the tuner's own collectives took in calls of the key (`tuning.collective_over_call`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -202,6 +204,16 @@ pub struct TuningData {
     /// (version 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<HistoryPrediction>,
+    /// How the key's searches timed their samples (version 10): `local`, `barrier` or `period`.
+    /// Under COMMTUNE_TIMING=auto, `local` where one of the tuner's small collectives took at
+    /// least half a call of the key (`collective_over_call`), else `barrier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_timing: Option<String>,
+    /// What one of the tuner's small collectives (a barrier) took in calls of the key when its
+    /// search started, the least of the ranks' (version 10; 0: not timed, as with
+    /// COMMTUNE_BUDGET=1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_over_call: Option<f64>,
 }
 
 /// A key that started in production with the winner the history store predicted, verified by

@@ -443,6 +443,8 @@ mod tests {
             saving,
             check: None,
             prediction: None,
+            search_timing: None,
+            collective_over_call: None,
         });
         k
     }

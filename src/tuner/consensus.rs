@@ -17,6 +17,10 @@ pub enum Checkpoint {
     Agreed {
         prediction: Option<AgreedPrediction>,
         not_worth_until: Option<u64>,
+        /// What one of the tuner's small collectives takes in calls of the key: the least of
+        /// the ranks' (0 where some rank has not timed one), which picks the timing of its
+        /// search under COMMTUNE_TIMING=auto.
+        collective_over_call: f64,
     },
     /// Every rank proposed a key, but not the same one.
     Disagreed,
@@ -58,6 +62,9 @@ pub struct Vote {
     /// None when a search of the key pays for itself now, else the communicator instance from
     /// which it will (`checkpoints::worth_at`).
     pub not_worth_until: Option<u64>,
+    /// What one of the tuner's small collectives takes on this rank in calls of the key (0:
+    /// not known yet, or the key is still warming up).
+    pub collective_over_call: f64,
     /// What a checkpoint costs this rank in calls of the key (0: not known yet, or the key is
     /// still warming up).
     pub checkpoint_over_call: f64,
@@ -79,7 +86,7 @@ pub struct Checkpointed {
 /// A checkpoint's reduction in flight: started at the checkpoint's instance, finished
 /// `checkpoints::FINISH_AFTER` instances later (or when the communicator is freed, or at
 /// MPI_Finalize), so that its latency overlaps the application's calls between.
-pub struct StartedCheckpoint(StartedMinMax<8>);
+pub struct StartedCheckpoint(StartedMinMax<9>);
 
 /// Starts the reduction of each rank's vote: a rank's own view of any of it never starts
 /// anything alone.
@@ -105,14 +112,27 @@ pub fn start_checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<StartedCheckpoint
         .not_worth_until
         .map_or(0, |at| i64::try_from(at.max(1)).unwrap_or(i64::MAX));
     let ratio = bits(vote.checkpoint_over_call);
-    comm.start_min_max_i64([hash, ready, winner, runner_up, time, timing, until, ratio])
-        .map(StartedCheckpoint)
+    let collective = bits(vote.collective_over_call);
+    comm.start_min_max_i64([
+        hash, ready, winner, runner_up, time, timing, until, ratio, collective,
+    ])
+    .map(StartedCheckpoint)
 }
 
 impl StartedCheckpoint {
     /// Waits for the reduction: what the checkpoint found, alike on every rank.
     pub fn finish(self) -> MpiResult<Checkpointed> {
-        let [hash, ready, winner, runner_up, time, timing, until, ratio] = self.0.wait()?;
+        let [
+            hash,
+            ready,
+            winner,
+            runner_up,
+            time,
+            timing,
+            until,
+            ratio,
+            collective,
+        ] = self.0.wait()?;
         let value = |bits: i64| f64::from_bits(bits as u64);
         let found = match (ready.max, ready.min) {
             (0, _) => Checkpoint::Nothing,
@@ -129,6 +149,7 @@ impl StartedCheckpoint {
                             .then(|| (runner_up.min - 1) as usize),
                     }),
                 not_worth_until: (until.max > 0).then_some(until.max as u64),
+                collective_over_call: value(collective.min),
             },
             _ => Checkpoint::Disagreed,
         };

@@ -68,11 +68,15 @@ pub(super) fn checkpoint<C: Operation>(
     // not worth searching yet also says from when it will be, so that checkpoints spaced out
     // meanwhile do not miss it.
     let mut not_worth_until = None;
+    // A search's own collectives weigh as the fastest barrier timed after the communicator's
+    // checkpoints (a barrier may lose a time slice); a rank's fastest calls are those it
+    // entered last, which others waited for, so calls weigh at their mean.
+    let collective_over_call = if warm {
+        in_calls(comm.collective, key, at.k)
+    } else {
+        0.0
+    };
     if warm {
-        // A search's own collectives weigh as the fastest barrier timed after the communicator's
-        // checkpoints (a barrier may lose a time slice); a rank's fastest calls are those it
-        // entered last, which others waited for, so calls weigh at their mean.
-        let collective_over_call = in_calls(comm.collective, key, at.k);
         let cost = search_cost(candidates.len(), collective_over_call);
         key.not_worth = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost).err();
         not_worth_until = key
@@ -83,6 +87,7 @@ pub(super) fn checkpoint<C: Operation>(
         key: warm.then_some(at.key.agree_hash()),
         predicted: prediction.as_ref().map(|(proposed, _)| *proposed),
         not_worth_until,
+        collective_over_call,
         // A rank at a call still warming up says nothing of the cost: that call will want a
         // checkpoint soon, which the cost's spacing must not put off.
         checkpoint_over_call: if matches!(key.phase, Phase::Warmup) && !warm {
@@ -171,17 +176,25 @@ pub(super) fn finish_checkpoint(comm: &mut CommTunerState, n: u64) {
         consensus::Checkpoint::Agreed {
             prediction: None,
             not_worth_until: None,
+            ..
         } if unweighed || comm.active.is_some() => Found::Busy,
         consensus::Checkpoint::Agreed {
             prediction: None,
             not_worth_until: None,
+            collective_over_call,
         } => {
+            if key.timing.is_none() {
+                let timing = runtime::config().tuning.search_timing(collective_over_call);
+                key.collective_over_call = Some(collective_over_call);
+                key.timing = (timing != runtime::config().tuning.timing).then_some(timing);
+            }
             start_search(&at, comm, key, candidates);
             Found::Busy
         }
         consensus::Checkpoint::Agreed {
             prediction: None,
             not_worth_until: Some(until),
+            ..
         } => {
             key.not_worth_elsewhere = key.not_worth.is_none();
             Found::NotWorthUntil(until)
@@ -354,7 +367,7 @@ fn search_cost(candidates: usize, collective_over_call: f64) -> u64 {
     let settings = runtime::config().tuning;
     let (instances, collectives) = sampling::rounds_cost(
         candidates,
-        settings.timing,
+        settings.search_timing(collective_over_call),
         settings.block as usize,
         budget::ROUNDS_WEIGHED.min(settings.samples),
     );

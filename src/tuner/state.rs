@@ -311,6 +311,8 @@ impl Tuner {
         .data(names, ns_per_tick);
         data.check = key.check.clone();
         data.prediction = key.prediction.clone();
+        data.search_timing = (key.searches > 0).then(|| key.timing().name().to_string());
+        data.collective_over_call = key.collective_over_call;
         data
     }
 }
@@ -343,9 +345,12 @@ pub struct TunerState {
     pub not_worth_elsewhere: bool,
     /// What the key ran when, for the report.
     pub timeline: Timeline,
-    /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING
-    /// (`TunerState::timing`).
+    /// The timing of the next search, when a self-check changed it from COMMTUNE_TIMING, or
+    /// COMMTUNE_TIMING=auto chose another for the key (`TunerState::timing`).
     pub timing: Option<Timing>,
+    /// What one of the tuner's small collectives took in calls of the key when its search was
+    /// started from a checkpoint, agreed (`consensus::Checkpoint::Agreed`), for the report.
+    pub collective_over_call: Option<f64>,
     /// The communicator's size (`Facts::size`), set at the key's warm checkpoints: the history
     /// records decisions per communicator size.
     pub comm_size: u32,

@@ -156,7 +156,7 @@ fn file_text(trace: &Trace, process: &runtime::Process) -> String {
         "# settings search={:?} timing={} filter={:?} samples={} block={} warmup={} min_gain={} \
          budget={}",
         t.search,
-        t.timing.name(),
+        t.timing_name(),
         t.filter,
         t.samples,
         t.block,

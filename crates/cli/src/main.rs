@@ -116,7 +116,7 @@ struct SimulateArgs {
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     search: Vec<String>,
 
-    /// Timings (local, barrier, period)
+    /// Timings (auto, local, barrier, period)
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     timing: Vec<String>,
 

@@ -4,13 +4,15 @@
 use std::fmt::Write;
 
 use commtune_tune::check::Verdict;
-use commtune_tune::simulate::{self, FILTERS, Model, Outcome, SEARCHES, TIMINGS};
-use commtune_tune::{Filter, Search, Settings, Timing};
+use commtune_tune::settings::TIMINGS;
+use commtune_tune::simulate::{self, FILTERS, Model, Outcome, SEARCHES};
+use commtune_tune::{Filter, Search, Settings};
 
 /// The grid's values (empty: all the simulator's grid has), the run's length and replicas.
 pub struct Options {
     pub searches: Vec<Search>,
-    pub timings: Vec<Timing>,
+    /// COMMTUNE_TIMING's values.
+    pub timings: Vec<&'static str>,
     pub filters: Vec<Filter>,
     pub blocks: Vec<u32>,
     pub samples: Vec<u32>,
@@ -56,7 +58,7 @@ pub fn options(
     };
     Ok(Options {
         searches: pick(searches, &SEARCHES, simulate::search_name, "search")?,
-        timings: pick(timings, &TIMINGS, Timing::name, "timing")?,
+        timings: pick(timings, &TIMINGS, |name| name, "timing")?,
         filters: pick(filters, &FILTERS, simulate::filter_name, "filter")?,
         blocks: check(blocks, &simulate::BLOCKS, "block", 64)?,
         samples: check(samples, &simulate::SAMPLES, "samples", 1000)?,
@@ -196,7 +198,7 @@ fn settings_columns(s: &Settings) -> String {
         "{} {:<10} {:<7} {:<9} {:>5} {:>7}",
         if is_default(s) { '*' } else { ' ' },
         simulate::search_name(s.search),
-        s.timing.name(),
+        s.timing_name(),
         simulate::filter_name(s.filter),
         s.block,
         s.samples
@@ -270,7 +272,7 @@ fn summary(out: &mut String, grid: &[Settings], regrets: &[Vec<f64>], keys: usiz
         let _ = writeln!(out, "  {name:<8} {}", cells.join("   "));
     };
     by("search", &|s| simulate::search_name(s.search).into(), out);
-    by("timing", &|s| s.timing.name().into(), out);
+    by("timing", &|s| s.timing_name().into(), out);
     by("filter", &|s| simulate::filter_name(s.filter).into(), out);
     by("block", &|s| s.block.to_string(), out);
     by("samples", &|s| s.samples.to_string(), out);

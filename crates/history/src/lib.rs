@@ -171,9 +171,11 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
     /// The timing the job asked for (COMMTUNE_TIMING) when `timing` is another: its self-check
-    /// found the search of the asked timing misled and searched again with this one (or a
-    /// prediction of such an entry was confirmed). A later job that asks for the same timing
-    /// predicts the exact problem from it (`predict::Knowledge::with_other_timings`).
+    /// found the search of the asked timing misled and searched again with this one, or under
+    /// COMMTUNE_TIMING=auto (asked: `barrier`) the key's calls were short enough to search it
+    /// with `local` (or a prediction of such an entry was confirmed). A later job that asks for
+    /// the same timing predicts the exact problem from it
+    /// (`predict::Knowledge::with_other_timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reopened_from: Option<String>,
     /// The winner's realised production time per call in microseconds (the maximum over ranks

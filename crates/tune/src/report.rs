@@ -89,6 +89,8 @@ impl Progress<'_> {
             saving: None,
             check: None,
             prediction: None,
+            search_timing: None,
+            collective_over_call: None,
         }
     }
 }

@@ -36,6 +36,37 @@ impl Timing {
     }
 }
 
+/// What COMMTUNE_TIMING takes: `auto` (`Settings::search_timing`) or one timing for every key.
+pub const TIMINGS: [&str; 4] = ["auto", "local", "barrier", "period"];
+
+/// Under COMMTUNE_TIMING=auto, a key where one of the tuner's own small collectives (a barrier,
+/// the fastest of those do no harm timed) takes at least this share of the key's mean call is
+/// searched with `local` timing, the others with `barrier` timing. There a barrier before each
+/// sample costs about as much as the sample, and the ranks' skew that local timing charges a
+/// codelet for is small beside its call.
+///
+/// What the library measured (the report's `collective_over_call`): on the 1 Gbit/s rig 0.57
+/// to 0.86 at 8 bytes (allreduce, alltoall, allgatherv), 0.60 to 0.77 at 1 KiB (allreduce;
+/// alltoall per rank), 0.33 at 8 KiB, 0.08 at 64 KiB; on shared memory, 2 ranks, a few doubles:
+/// 0.38 to 0.55 under Open MPI, 0.51 to 1.44 under MPICH (busy polling).
+///
+/// On the rig, alternating first runs, tuned / native (medians) with barrier timing and with
+/// auto: 400 calls, allreduce 8 B 1.236 and 1.209 (20 runs each), alltoall 8 B 1.210 and
+/// 1.124 (20), allgatherv 8 B 1.228 and 1.139 (20), alltoall 1 KiB per rank 1.325 and 1.071
+/// (12); 2000 calls, alltoall 1 KiB 1.161 and 1.062 (10), allreduce 8 B 1.020 and 1.085 (10;
+/// single runs spread from 0.84 to 1.36).
+///
+/// Replayed over the rig's traces (`commtune simulate`, the library's defaults otherwise, 40
+/// replays per key; the simulator's ratio is a barrier's latency over native's steady call,
+/// lower than the library's): local timing did better at every key at 0.52 to 0.77 (8 bytes at
+/// 1 and 10 Gbit/s, 1 KiB allreduce): at 400 calls 1.09 to 1.32 of the best codelet with
+/// barrier timing, 1.08 to 1.20 with local; at 2000 calls by 0.007 to 0.05. At 0.45 (the 1 KiB
+/// alltoall, which the library measured at 0.60 and above and ran better locally) it replayed
+/// worse, 1.061 against 1.206 at 2000 calls; at 0.35 (8 KiB) and 0.17 (shared memory's 16-byte
+/// alltoall) mixed within 0.05; at 0.06 and below up to 1.33 (the rig's 1 MiB allgatherv,
+/// where local timing charges ring for its predecessor's skew).
+pub const LOCAL_TIMING_FROM: f64 = 0.5;
+
 /// The samples per codelet COMMTUNE_SAMPLES accepts.
 pub const SAMPLES: std::ops::RangeInclusive<u32> = 1..=1000;
 
@@ -44,7 +75,10 @@ pub const SAMPLES: std::ops::RangeInclusive<u32> = 1..=1000;
 pub struct Settings {
     pub search: Search,
     pub filter: Filter,
+    /// How search samples are timed: every key with `timing`, or under COMMTUNE_TIMING=auto
+    /// (`auto_timing`, `timing` then `Barrier`) as `search_timing` says.
     pub timing: Timing,
+    pub auto_timing: bool,
     /// Samples per codelet at most (rounds of the search).
     pub samples: u32,
     /// Instances per sample: a block of consecutive instances of one codelet, the first
@@ -70,6 +104,7 @@ impl Default for Settings {
             search: Search::Attributes,
             filter: Filter::Robust { nu: 5.0 },
             timing: Timing::Barrier,
+            auto_timing: true,
             samples: 4,
             block: 1,
             warmup: 3,
@@ -82,6 +117,38 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The timing of a key's search, where one of the tuner's small collectives takes
+    /// `collective_over_call` of the key's calls (the same on every rank; 0 when not known).
+    pub fn search_timing(&self, collective_over_call: f64) -> Timing {
+        if self.auto_timing && collective_over_call >= LOCAL_TIMING_FROM {
+            Timing::Local
+        } else {
+            self.timing
+        }
+    }
+
+    /// These settings with COMMTUNE_TIMING=`name` (one of `TIMINGS`), or None.
+    pub fn with_timing(self, name: &str) -> Option<Settings> {
+        let (timing, auto_timing) = match name {
+            "auto" => (Timing::Barrier, true),
+            name => (Timing::parse(name)?, false),
+        };
+        Some(Settings {
+            timing,
+            auto_timing,
+            ..self
+        })
+    }
+
+    /// COMMTUNE_TIMING's value.
+    pub fn timing_name(&self) -> &'static str {
+        if self.auto_timing {
+            "auto"
+        } else {
+            self.timing.name()
+        }
+    }
+
     /// The settings of a halo episode's search: `block` episodes per sample and `samples`
     /// samples per codelet (COMMTUNE_HALO_BLOCK, COMMTUNE_HALO_SAMPLES), and `period` timing
     /// unless COMMTUNE_TIMING asks for `local`.
@@ -98,6 +165,8 @@ impl Settings {
                 Timing::Local => Timing::Local,
                 Timing::Barrier | Timing::Period => Timing::Period,
             },
+            // Halo episodes' calls are timed by period whatever their length.
+            auto_timing: false,
             block,
             samples,
             ..self
@@ -114,6 +183,24 @@ mod tests {
         for timing in [Timing::Local, Timing::Barrier, Timing::Period] {
             assert_eq!(Timing::parse(timing.name()), Some(timing));
         }
+    }
+
+    #[test]
+    fn auto_times_locally_where_a_barrier_costs_half_a_call() {
+        let auto = Settings::default();
+        assert_eq!(auto.timing_name(), "auto");
+        assert_eq!(auto.search_timing(0.0), Timing::Barrier, "not known yet");
+        assert_eq!(auto.search_timing(0.3), Timing::Barrier);
+        assert_eq!(auto.search_timing(LOCAL_TIMING_FROM), Timing::Local);
+        assert_eq!(auto.search_timing(2.0), Timing::Local);
+        for name in TIMINGS {
+            let settings = auto.with_timing(name).unwrap();
+            assert_eq!(settings.timing_name(), name);
+            if name != "auto" {
+                assert_eq!(settings.search_timing(2.0).name(), name, "asked for");
+            }
+        }
+        assert_eq!(auto.with_timing("fast"), None);
     }
 
     #[test]

@@ -899,14 +899,17 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
     // Its own collectives weigh as the library's timed barrier does against native's mean call
     // (src/tuner/search.rs `search_cost`): a small collective's latency, which the traces
     // measure as a barrier's (`consensus` is the whole slow path around a reduction).
+    let native = model.cost(&model.codelets[0]);
+    let collective_over_call = model.barrier as f64 / native;
+    // The timing of the key's search (COMMTUNE_TIMING=auto picks it from the same ratio).
+    let mut timing = settings.search_timing(collective_over_call);
     let (instances, collectives) = sampling::rounds_cost(
         candidates.len(),
-        settings.timing,
+        timing,
         settings.block as usize,
         budget::ROUNDS_WEIGHED.min(settings.samples),
     );
-    let native = model.cost(&model.codelets[0]);
-    let cost = budget::search_cost(instances, collectives, model.barrier as f64 / native);
+    let cost = budget::search_cost(instances, collectives, collective_over_call);
     // A checkpoint is a reduction on the slow path; the spacing weighs it as the library does.
     let checkpoint_over_call = model.consensus.iter().copied().max().unwrap_or(0) as f64 / native;
     let worth = |k: u64| budget::ready(settings.budget, k, 0, k - 1, cost).is_ok();
@@ -915,7 +918,6 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
     let mut next_checkpoint = Spacing::FIRST;
     let mut phase = Phase::Warmup;
     let (mut searched, mut searches, mut wrong) = (0, 0, 0);
-    let mut timing = settings.timing;
     let (mut check, mut searched_winner) = (None, None);
     for k in 1..=calls {
         let entry = sim.clock.clone();
@@ -1163,7 +1165,7 @@ pub fn filter_name(filter: Filter) -> &'static str {
 }
 
 pub const SEARCHES: [Search; 3] = [Search::Brute, Search::Attributes, Search::Racing];
-pub const TIMINGS: [Timing; 3] = [Timing::Local, Timing::Barrier, Timing::Period];
+
 /// The estimators with the library's default parameters.
 pub const FILTERS: [Filter; 3] = [
     Filter::MinFactor {
@@ -1176,27 +1178,31 @@ pub const FILTERS: [Filter; 3] = [
 pub const BLOCKS: [u32; 3] = [1, 2, 4];
 pub const SAMPLES: [u32; 3] = [2, 4, 8];
 
-/// Every combination of the given values, the other knobs at their defaults.
+/// Every combination of the given values (`timings`: COMMTUNE_TIMING's values, `TIMINGS`;
+/// others are left out), the other knobs at their defaults.
 pub fn grid(
     searches: &[Search],
-    timings: &[Timing],
+    timings: &[&str],
     filters: &[Filter],
     blocks: &[u32],
     samples: &[u32],
 ) -> Vec<Settings> {
+    let timed: Vec<Settings> = timings
+        .iter()
+        .filter_map(|name| Settings::default().with_timing(name))
+        .collect();
     let mut all = Vec::new();
     for &search in searches {
-        for &timing in timings {
+        for &timed in &timed {
             for &filter in filters {
                 for &block in blocks {
                     for &samples in samples {
                         all.push(Settings {
                             search,
-                            timing,
                             filter,
                             block,
                             samples,
-                            ..Settings::default()
+                            ..timed
                         });
                     }
                 }
@@ -1210,6 +1216,7 @@ pub fn grid(
 mod tests {
     use super::*;
     use crate::attributes::Partners;
+    use crate::settings::TIMINGS;
 
     /// A synthetic two-rank trace of one key: `calls` instances of `schedule(k)`, each costing
     /// `cost(codelet, after_switch)` on both ranks (period and duration alike, rank 1 a little
@@ -1314,7 +1321,7 @@ mod tests {
     #[test]
     fn the_grid_has_every_combination() {
         let g = grid(&SEARCHES, &TIMINGS, &FILTERS, &BLOCKS, &SAMPLES);
-        assert_eq!(g.len(), 243);
+        assert_eq!(g.len(), 324);
         assert!(g.contains(&Settings::default()));
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use commtune_history::{self as history, Entry, Estimate, How};
 use commtune_tune::Timing;
 use commtune_tune::classes::class_name;
-use commtune_tune::settings::{SAMPLES, Settings};
+use commtune_tune::settings::{SAMPLES, Settings, TIMINGS};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Failure;
@@ -127,17 +127,23 @@ fn samples(value: Option<OsString>) -> Result<u32, String> {
 
 /// How the library times the searches: COMMTUNE_TIMING if the user set it, else the library's
 /// default. Calibrate passes it to the library, and counts only entries so timed as done (a
-/// tuned run predicts only from entries of its own timing). A value the library would not
-/// accept is an error, as for `samples`.
+/// tuned run predicts only from entries of its own timing). Under `auto` every size is timed
+/// with `barrier`, which the library is then asked for: the map and the predictions interpolate
+/// between sizes, which only times measured alike allow. A value the library would not accept
+/// is an error, as for `samples`.
 fn timing(value: Option<OsString>) -> Result<Timing, String> {
     let Some(value) = value else {
         return Ok(Settings::default().timing);
     };
     value
         .to_str()
-        .and_then(|v| Timing::parse(v.trim()))
+        .and_then(|v| Settings::default().with_timing(v.trim()))
+        .map(|settings| settings.timing)
         .ok_or_else(|| {
-            format!("COMMTUNE_TIMING={value:?} is not valid (accepted: local, barrier, period)")
+            format!(
+                "COMMTUNE_TIMING={value:?} is not valid (accepted: {})",
+                TIMINGS.join(", ")
+            )
         })
 }
 
