@@ -183,11 +183,7 @@ pub(super) fn finish_checkpoint(comm: &mut CommTunerState, n: u64) {
             not_worth_until: None,
             collective_over_call,
         } => {
-            if key.timing.is_none() {
-                let timing = runtime::config().tuning.search_timing(collective_over_call);
-                key.collective_over_call = Some(collective_over_call);
-                key.timing = (timing != runtime::config().tuning.timing).then_some(timing);
-            }
+            key.choose_timing(collective_over_call);
             start_search(&at, comm, key, candidates);
             Found::Busy
         }

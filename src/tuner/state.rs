@@ -368,6 +368,19 @@ impl TunerState {
         self.timing.unwrap_or(runtime::config().tuning.timing)
     }
 
+    /// Picks the timing of the search about to start from what one of the tuner's small
+    /// collectives takes in calls of the key, agreed (`Settings::search_timing`: under
+    /// COMMTUNE_TIMING=auto, local for short calls). A timing a self-check chose stays.
+    pub fn choose_timing(&mut self, collective_over_call: f64) {
+        if self.timing.is_some() {
+            return;
+        }
+        let settings = runtime::config().tuning;
+        let timing = settings.search_timing(collective_over_call);
+        self.timing = (timing != settings.timing).then_some(timing);
+        self.collective_over_call = Some(collective_over_call);
+    }
+
     /// What the key decided (estimates in microseconds, converted with `us_per_tick`), if it is
     /// in production after a search that ran to its decision (not ended early; the runner-up
     /// when the self-check replaced the winner with it) or after a prediction the safety net
