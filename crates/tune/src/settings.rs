@@ -51,10 +51,10 @@ pub const TIMINGS: [&str; 4] = ["auto", "local", "barrier", "period"];
 /// 0.38 to 0.55 under Open MPI, 0.51 to 1.44 under MPICH (busy polling).
 ///
 /// On the rig, alternating first runs, tuned / native (medians) with barrier timing and with
-/// auto: 400 calls, allreduce 8 B 1.236 and 1.209 (20 runs each), alltoall 8 B 1.210 and
-/// 1.124 (20), allgatherv 8 B 1.228 and 1.139 (20), alltoall 1 KiB per rank 1.325 and 1.071
-/// (12); 2000 calls, alltoall 1 KiB 1.161 and 1.062 (10), allreduce 8 B 1.020 and 1.085 (10;
-/// single runs spread from 0.84 to 1.36).
+/// local (what auto chooses there): 400 calls, allreduce 8 B 1.236 and 1.209 (20 runs each),
+/// alltoall 8 B 1.210 and 1.124 (20), allgatherv 8 B 1.228 and 1.139 (20); with barrier and
+/// with auto, alltoall 1 KiB per rank 1.325 and 1.071 (12); 2000 calls, alltoall 1 KiB 1.161
+/// and 1.062 (10), allreduce 8 B 1.020 and 1.085 (10; single runs spread from 0.84 to 1.36).
 ///
 /// Replayed over the rig's traces (`commtune simulate`, the library's defaults otherwise, 40
 /// replays per key; the simulator's ratio is a barrier's latency over native's steady call,
