@@ -55,9 +55,11 @@ pub const TIMINGS: [&str; 4] = ["auto", "local", "barrier", "period"];
 /// alltoall 8 B 1.210 and 1.124 (20), allgatherv 8 B 1.228 and 1.139 (20); with barrier and
 /// with auto, alltoall 1 KiB per rank 1.325 and 1.071 (12); 2000 calls, alltoall 1 KiB 1.161
 /// and 1.062 (10), allreduce 8 B 1.020 and 1.085 (10; single runs spread from 0.84 to 1.36).
-/// A later batch with auto itself, 400 calls, 16 runs each, came out even: allreduce 8 B 77.4
-/// and 76.6 us per call (medians of the runs' ratios to native 1.067 and 1.079), alltoall 8 B
-/// 96.0 and 95.7 us (1.103 and 1.161); single runs spread from 0.77 to 1.63.
+/// Later batches with auto itself, 400 calls, barrier and auto: 16 runs each came out even
+/// (allreduce 8 B 77.4 and 76.6 us per call, alltoall 8 B 96.0 and 95.7 us); 40 runs each
+/// favoured auto at every operation: allreduce 8 B 72.9 and 70.0 us (medians of the runs'
+/// ratios to native 1.115 and 1.030), alltoall 95.1 and 88.3 us (1.178 and 1.079), allgatherv
+/// 82.0 and 79.9 us (1.103 and 1.086); single runs spread from 0.69 to 1.77.
 ///
 /// Replayed over the rig's traces (`commtune simulate`, the library's defaults otherwise, 40
 /// replays per key; the simulator's ratio is a barrier's latency over native's steady call,
