@@ -358,7 +358,10 @@ fn in_calls(ticks: Option<u64>, key: &TunerState, k: u64) -> f64 {
 
 /// What starting a search of `candidates` would cost the key now, counted in instances
 /// (`budget::search_cost`): its first `budget::ROUNDS_WEIGHED` rounds (COMMTUNE_BUDGET weighs
-/// the rest after each round), each of its own collectives `collective_over_call` calls.
+/// the rest after each round), each of its own collectives `collective_over_call` calls, timed
+/// as this rank's ratio would time it. The search's timing follows the least ratio of the ranks
+/// (`TunerState::choose_timing`), so a rank near `LOCAL_TIMING_FROM` may weigh barriers the
+/// search will not hold: it overrates the cost, and the ranks agree on the latest rank's view.
 fn search_cost(candidates: usize, collective_over_call: f64) -> u64 {
     let settings = runtime::config().tuning;
     let (instances, collectives) = sampling::rounds_cost(
