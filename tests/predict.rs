@@ -6,7 +6,8 @@
 //! in a window before the trial; a
 //! winner the self-check replaced with its runner-up is not predicted again, the runner-up is;
 //! entries of another platform or timing predict nothing; sizes between decided ones are
-//! predicted, in a run and from the store; ranks that read different stores search, without
+//! predicted, in a run and from the store; a problem decided in a run predicts its later keys
+//! with whichever timing COMMTUNE_TIMING=auto searched it; ranks that read different stores search, without
 //! hanging.
 
 mod common;
@@ -601,6 +602,54 @@ fn sizes_between_decided_sizes_are_predicted(flavour: Flavour) {
         from.iter().all(|b| [512, 4096].contains(b)),
         "from the two decided sizes: {site:#}"
     );
+}
+
+/// A problem decided in the run predicts a later key of the same problem (the same size on a
+/// duplicated communicator) with the timing its decision was reached with: `barrier`, or
+/// `local` where COMMTUNE_TIMING=auto found one of the tuner's barriers as long as half a call
+/// or more (on shared memory a call of one double and a barrier take about as long, so either
+/// comes out); a decision of `local` predicted nothing in the run before. No delays: short calls.
+/// The report shows the two keys as one site (one line, one signature), so the store tells them
+/// apart: the later key's entry is a confirmed prediction.
+fn a_problem_decided_in_the_run_predicts_its_later_keys(flavour: Flavour) {
+    let dir = scratch(&format!("predict_same_problem_{}", flavour.name()));
+    let exe = compile(flavour, "sizes.c", &dir);
+    let store = dir.join("store");
+    let job = run(flavour, 2, &exe, &dir)
+        .args(&["3000", "1", "d1"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_HISTORY", &store.to_string_lossy())
+        .env("COMMTUNE_PMAX", LENIENT_PMAX)
+        .go();
+    let found = allreduces(&job, "sizes");
+    let entries = commtune_history::load(&store).entries;
+    let decided = entries
+        .iter()
+        .find(|e| e.how != How::PredictionConfirmed)
+        .unwrap_or_else(|| panic!("{entries:#?}"));
+    let confirmed = entries
+        .iter()
+        .find(|e| e.how == How::PredictionConfirmed)
+        .unwrap_or_else(|| panic!("the later key was not predicted: {found:#?} {entries:#?}"));
+    assert_eq!(
+        (confirmed.winner.as_str(), confirmed.timing.as_deref()),
+        (decided.winner.as_str(), decided.timing.as_deref()),
+        "{entries:#?}"
+    );
+    println!(
+        "the first key decided {} with {:?} timing",
+        decided.winner, decided.timing
+    );
+}
+
+#[test]
+fn a_problem_decided_in_the_run_predicts_its_later_keys_openmpi() {
+    a_problem_decided_in_the_run_predicts_its_later_keys(OpenMpi);
+}
+
+#[test]
+fn a_problem_decided_in_the_run_predicts_its_later_keys_mpich() {
+    a_problem_decided_in_the_run_predicts_its_later_keys(Mpich);
 }
 
 #[test]

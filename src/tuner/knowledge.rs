@@ -128,8 +128,9 @@ pub fn predict(op: &str, comm_size: u32, bytes: u64, applicable: &[&str]) -> Opt
 
 /// The decision this run agreed on (the same on every rank of the communicator) for the key of
 /// `entry`, whose tuning state is `key` (`TunerState::decision`), now that production confirmed
-/// it. Kept for the keys to come, unless it was timed otherwise than the knowledge (a search the
-/// self-check reopened with the other timing).
+/// it. Kept for the keys to come. One timed otherwise than the knowledge (a search
+/// COMMTUNE_TIMING=auto ran with `local`, or one the self-check reopened with the other timing)
+/// predicts only its exact problem, as a store's entry of that kind does (`with_other_timings`).
 pub fn learn(entry: &Entry, key: &TunerState) {
     let Some(process) = runtime::process() else {
         return;
@@ -137,11 +138,16 @@ pub fn learn(entry: &Entry, key: &TunerState) {
     let Some(decision) = key.decision(clock::ns_per_tick() * 1e-3) else {
         return;
     };
-    if decision.timing != runtime::config().tuning.timing {
-        return;
-    }
+    let asked = runtime::config().tuning.timing;
     // Made only with a store to add it to: the platform it records reads /proc/cpuinfo.
-    known(|k| k.add(self::entry(entry, &decision, process)));
+    known(|k| {
+        let entry = self::entry(entry, &decision, process);
+        if decision.timing == asked {
+            k.add(entry);
+        } else {
+            k.add_other_timing(entry, asked.name());
+        }
+    });
 }
 
 /// The history entry of `decision`, the decided key of `entry`.

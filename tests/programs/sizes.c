@@ -1,6 +1,8 @@
 /* Allreduces of several sizes from one line, one size after the other, so that the tuner
- * decides the earlier sizes before it meets the later ones; checks the results.
- * usage: sizes iterations doubles [doubles ...] */
+ * decides the earlier sizes before it meets the later ones; checks the results. A size written
+ * dN runs N doubles on a duplicate of MPI_COMM_WORLD: a key of its own for a problem (operation,
+ * communicator size, bytes) a size before may have decided.
+ * usage: sizes iterations [d]doubles [[d]doubles ...] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +15,18 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int iterations = argc > 1 ? atoi(argv[1]) : 300;
     for (int a = 2; a < argc; a++) {
-        int n = atoi(argv[a]);
+        int dup = argv[a][0] == 'd';
+        int n = atoi(argv[a] + dup);
+        MPI_Comm comm = MPI_COMM_WORLD;
+        if (dup) MPI_Comm_dup(MPI_COMM_WORLD, &comm);
         double *in = malloc(n * sizeof(double)), *out = malloc(n * sizeof(double));
         for (int it = 0; it < iterations; it++) {
             for (int i = 0; i < n; i++) in[i] = rank + i + it;
-            MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); /* SITE:allreduce */
+            MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, comm); /* SITE:allreduce */
             for (int i = 0; i < n; i++)
                 if (out[i] != size * (size - 1) / 2.0 + (double)size * (i + it)) failures++;
         }
+        if (dup) MPI_Comm_free(&comm);
         free(in);
         free(out);
     }

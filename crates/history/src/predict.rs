@@ -964,22 +964,29 @@ impl Knowledge {
     /// problems, the map), and a job that asked for another timing itself is not overruled.
     pub fn with_other_timings(mut self, entries: Vec<Entry>, timing: &str) -> Knowledge {
         for entry in entries {
-            if entry.reopened_from.as_deref() != Some(timing)
-                || entry.timing.is_none()
-                || entry.realised_us.is_none()
-                || entry.winner_estimate().is_none()
-            {
-                continue;
-            }
-            let key = (entry.op.clone(), entry.comm_size, entry.bytes);
-            match self.elsewhere.get(&key) {
-                Some(newer) if newer.time >= entry.time => {}
-                _ => {
-                    self.elsewhere.insert(key, entry);
-                }
-            }
+            self.add_other_timing(entry, timing);
         }
         self
+    }
+
+    /// One decision that a job asking for `timing` reached with another (`with_other_timings`),
+    /// such as this run's own: a key that COMMTUNE_TIMING=auto searched with `local` predicts
+    /// the run's later keys of its exact problem as a store's entry would.
+    pub fn add_other_timing(&mut self, entry: Entry, timing: &str) {
+        if entry.reopened_from.as_deref() != Some(timing)
+            || entry.timing.is_none()
+            || entry.realised_us.is_none()
+            || entry.winner_estimate().is_none()
+        {
+            return;
+        }
+        let key = (entry.op.clone(), entry.comm_size, entry.bytes);
+        match self.elsewhere.get(&key) {
+            Some(newer) if newer.time >= entry.time => {}
+            _ => {
+                self.elsewhere.insert(key, entry);
+            }
+        }
     }
 
     /// The decision of another timing on exactly `problem`, when this timing measured nothing

@@ -863,3 +863,43 @@ fn a_decision_of_another_timing_predicts_its_exact_problem_only() {
         .unwrap();
     assert_eq!((p.winner.as_str(), p.timing), ("large", None));
 }
+
+/// A run's own decision of another timing (COMMTUNE_TIMING=auto searched the key with `local`)
+/// predicts the run's later keys of its exact problem, learnt after the store was read.
+#[test]
+fn a_decision_of_another_timing_learnt_in_the_run_predicts_its_exact_problem() {
+    let mut knowledge = Knowledge::new(&[], 0.1);
+    let mut decided = entry("alltoall", 4, 8, &[("native", 40.0), ("linear", 36.0)]);
+    decided.timing = Some("local".to_string());
+    decided.reopened_from = Some("barrier".to_string());
+    decided.winner = "linear".to_string();
+    decided.realised_us = Some(38.0);
+    let mut unconfirmed = decided.clone();
+    unconfirmed.bytes = 16;
+    unconfirmed.realised_us = None;
+    knowledge.add_other_timing(unconfirmed, "barrier");
+    knowledge.add_other_timing(decided.clone(), "local");
+    assert!(
+        knowledge
+            .predict(&problem("alltoall", 4, 8), &any)
+            .is_none(),
+        "a job asking for local timing follows its own"
+    );
+    knowledge.add_other_timing(decided, "barrier");
+
+    let p = knowledge
+        .predict(&problem("alltoall", 4, 8), &any)
+        .expect("the run's decision");
+    assert_eq!(
+        (p.winner.as_str(), p.us, p.timing.as_deref()),
+        ("linear", 38.0, Some("local"))
+    );
+    for (comm_size, bytes) in [(4, 16), (4, 64), (8, 8)] {
+        assert!(
+            knowledge
+                .predict(&problem("alltoall", comm_size, bytes), &any)
+                .is_none(),
+            "{comm_size} ranks, {bytes} bytes"
+        );
+    }
+}
