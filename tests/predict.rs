@@ -609,8 +609,8 @@ fn sizes_between_decided_sizes_are_predicted(flavour: Flavour) {
 /// `local` where COMMTUNE_TIMING=auto found one of the tuner's barriers as long as half a call
 /// or more (on shared memory a call of one double and a barrier take about as long, so either
 /// comes out); a decision of `local` predicted nothing in the run before. No delays: short calls.
-/// The report shows the two keys as one site (one line, one signature), so the store tells them
-/// apart: the later key's entry is a confirmed prediction.
+/// The report shows the two keys as one site (one line, one signature), with a note of each
+/// key's winner; the store tells them apart: the later key's entry is a confirmed prediction.
 fn a_problem_decided_in_the_run_predicts_its_later_keys(flavour: Flavour) {
     let dir = scratch(&format!("predict_same_problem_{}", flavour.name()));
     let exe = compile(flavour, "sizes.c", &dir);
@@ -635,6 +635,15 @@ fn a_problem_decided_in_the_run_predicts_its_later_keys(flavour: Flavour) {
         (confirmed.winner.as_str(), confirmed.timing.as_deref()),
         (decided.winner.as_str(), decided.timing.as_deref()),
         "{entries:#?}"
+    );
+    let notes = found[0]["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "2 keys tuned apart here (one per communicator or local variant of the signature), \
+             the tuning shown is the first's; winners: {} on 2",
+            decided.winner
+        )),
+        "{found:#?}"
     );
     println!(
         "the first key decided {} with {:?} timing",

@@ -184,11 +184,12 @@ fn merge_key(
                 .to_string(),
         );
     }
-    if first.op == Op::Halo
-        && let Some(note) = halo_winners(&keys)
-    {
-        notes.push(note);
-    }
+    let winners = if first.op == Op::Halo {
+        halo_winners(&keys)
+    } else {
+        collective_keys(ranked)
+    };
+    notes.extend(winners);
     let range = |f: &dyn Fn(&PerRank) -> u64| Range {
         min: per_rank.values().map(f).min().unwrap_or(0),
         max: per_rank.values().map(f).max().unwrap_or(0),
@@ -350,6 +351,33 @@ fn halo_winners(keys: &[&KeyData]) -> Option<String> {
     })
 }
 
+/// A collective site where a rank tuned several keys (communicators of one size at one line,
+/// local variants of its signature) shows the first key's tuning: what each key chose, from the
+/// first rank's (decisions are agreed over each key's communicator).
+fn collective_keys(ranked: &[RankKey]) -> Option<String> {
+    let first = ranked.iter().map(|(rank, _)| *rank).min()?;
+    let mut winners: BTreeMap<&str, u32> = BTreeMap::new();
+    for (_, key) in ranked.iter().filter(|(rank, _)| *rank == first) {
+        if let Some(tuning) = &key.tuning {
+            *winners
+                .entry(tuning.winner.as_deref().unwrap_or("undecided"))
+                .or_default() += 1;
+        }
+    }
+    let keys: u32 = winners.values().sum();
+    (keys > 1).then(|| {
+        let each: Vec<String> = winners
+            .iter()
+            .map(|(name, n)| format!("{name} on {n}"))
+            .collect();
+        format!(
+            "{keys} keys tuned apart here (one per communicator or local variant of the \
+             signature), the tuning shown is the first's; winners: {}",
+            each.join(", ")
+        )
+    })
+}
+
 /// The smallest bucket value with at least `q` of the samples at or below it.
 fn quantile(histogram: &BTreeMap<u64, u64>, q: f64) -> u64 {
     let total: u64 = histogram.values().sum();
@@ -447,6 +475,52 @@ mod tests {
             collective_over_call: None,
         });
         k
+    }
+
+    #[test]
+    fn a_collective_site_of_several_keys_says_what_each_chose() {
+        let ranks = |winners: [&str; 2]| -> Vec<RankData> {
+            (0..2)
+                .map(|rank| RankData {
+                    rank,
+                    host: String::new(),
+                    run_ns: 1000,
+                    keys: winners
+                        .iter()
+                        .map(|w| tuned_key(Op::Allreduce, w, None))
+                        .collect(),
+                })
+                .collect()
+        };
+        let report = merge(&ranks(["linear", "native"]), "Test MPI", 2, None, |_| {
+            Location::default()
+        });
+        assert_eq!(report.sites.len(), 1);
+        assert_eq!(
+            report.sites[0].notes,
+            [
+                "2 keys tuned apart here (one per communicator or local variant of the \
+                 signature), the tuning shown is the first's; winners: linear on 1, native on 1"
+            ]
+        );
+        let report = merge(&ranks(["ring", "ring"]), "Test MPI", 2, None, |_| {
+            Location::default()
+        });
+        assert!(
+            report.sites[0].notes[0].ends_with("winners: ring on 2"),
+            "{:?}",
+            report.sites[0].notes
+        );
+        let one = |rank| RankData {
+            rank,
+            host: String::new(),
+            run_ns: 1000,
+            keys: vec![tuned_key(Op::Allreduce, "ring", None)],
+        };
+        let report = merge(&[one(0), one(1)], "Test MPI", 2, None, |_| {
+            Location::default()
+        });
+        assert!(report.sites[0].notes.is_empty(), "one key per rank");
     }
 
     #[test]
