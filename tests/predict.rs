@@ -7,8 +7,8 @@
 //! winner the self-check replaced with its runner-up is not predicted again, the runner-up is;
 //! entries of another platform or timing predict nothing; sizes between decided ones are
 //! predicted, in a run and from the store; a problem decided in a run predicts its later keys
-//! with whichever timing COMMTUNE_TIMING=auto searched it; ranks that read different stores search, without
-//! hanging.
+//! with whichever timing COMMTUNE_TIMING=auto searched it; ranks that read different stores
+//! search, without hanging.
 
 mod common;
 

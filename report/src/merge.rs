@@ -336,19 +336,11 @@ fn tuning(ranked: &[RankKey]) -> Option<TuningData> {
 
 /// Halo episodes are tuned per rank: which codelet each rank kept, when they differ.
 fn halo_winners(keys: &[&KeyData]) -> Option<String> {
-    let mut winners: BTreeMap<&str, u32> = BTreeMap::new();
-    for key in keys {
-        if let Some(winner) = key.tuning.as_ref().and_then(|t| t.winner.as_deref()) {
-            *winners.entry(winner).or_default() += 1;
-        }
-    }
-    (winners.len() > 1).then(|| {
-        let each: Vec<String> = winners
-            .iter()
-            .map(|(name, ranks)| format!("{name} on {ranks}"))
-            .collect();
-        format!("ranks kept different halo codelets: {}", each.join(", "))
-    })
+    let winners = tally(
+        keys.iter()
+            .filter_map(|k| k.tuning.as_ref()?.winner.as_deref()),
+    );
+    (winners.len() > 1).then(|| format!("ranks kept different halo codelets: {}", listed(&winners)))
 }
 
 /// A collective site where a rank tuned several keys (communicators of one size at one line,
@@ -356,26 +348,39 @@ fn halo_winners(keys: &[&KeyData]) -> Option<String> {
 /// first rank's (decisions are agreed over each key's communicator).
 fn collective_keys(ranked: &[RankKey]) -> Option<String> {
     let first = ranked.iter().map(|(rank, _)| *rank).min()?;
-    let mut winners: BTreeMap<&str, u32> = BTreeMap::new();
-    for (_, key) in ranked.iter().filter(|(rank, _)| *rank == first) {
-        if let Some(tuning) = &key.tuning {
-            *winners
-                .entry(tuning.winner.as_deref().unwrap_or("undecided"))
-                .or_default() += 1;
-        }
-    }
+    let winners = tally(
+        ranked
+            .iter()
+            .filter(|(rank, _)| *rank == first)
+            .filter_map(|(_, k)| k.tuning.as_ref())
+            .map(|t| t.winner.as_deref().unwrap_or("undecided")),
+    );
     let keys: u32 = winners.values().sum();
     (keys > 1).then(|| {
-        let each: Vec<String> = winners
-            .iter()
-            .map(|(name, n)| format!("{name} on {n}"))
-            .collect();
         format!(
             "{keys} keys tuned apart here (one per communicator or local variant of the \
              signature), the tuning shown is the first's; winners: {}",
-            each.join(", ")
+            listed(&winners)
         )
     })
+}
+
+/// How many times each name comes.
+fn tally<'a>(names: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, u32> {
+    let mut counts = BTreeMap::new();
+    for name in names {
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
+}
+
+/// `name on N, ...`, in the names' order.
+fn listed(counts: &BTreeMap<&str, u32>) -> String {
+    let each: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| format!("{name} on {n}"))
+        .collect();
+    each.join(", ")
 }
 
 /// The smallest bucket value with at least `q` of the samples at or below it.

@@ -356,6 +356,15 @@ fn strongest(a: How, b: How) -> How {
     if rank(b) > rank(a) { b } else { a }
 }
 
+/// Whether `entry` is a decision a job asking for `timing` reached with another one, with what
+/// a prediction from it needs (`Knowledge::with_other_timings`).
+fn decided_otherwise(entry: &Entry, timing: &str) -> bool {
+    entry.reopened_from.as_deref() == Some(timing)
+        && entry.timing.is_some()
+        && entry.realised_us.is_some()
+        && entry.winner_estimate().is_some()
+}
+
 /// The entries merged into one problem per (operation, communicator size, bytes), sorted by
 /// them; per codelet the median of the jobs' estimates. Entries without a usable estimate, and
 /// ping-pong samples (no codelets to choose from), are left out.
@@ -380,6 +389,12 @@ pub fn merge(entries: &[Entry]) -> Vec<Measured> {
 
 fn key(entry: &Entry) -> (&str, u32, u64) {
     (entry.op.as_str(), entry.comm_size, entry.bytes)
+}
+
+/// `key`, owned: what `Knowledge` keeps a decision of another timing under.
+fn elsewhere(entry: &Entry) -> (String, u32, u64) {
+    let (op, comm_size, bytes) = key(entry);
+    (op.to_string(), comm_size, bytes)
 }
 
 /// Whether an entry's times compare with those of a job of the MPI library `mpi` (version
@@ -964,28 +979,25 @@ impl Knowledge {
     /// problems, the map), and a job that asked for another timing itself is not overruled.
     pub fn with_other_timings(mut self, entries: Vec<Entry>, timing: &str) -> Knowledge {
         for entry in entries {
-            self.add_other_timing(entry, timing);
+            if !decided_otherwise(&entry, timing) {
+                continue;
+            }
+            let older = |known: &Entry| known.time < entry.time;
+            if self.elsewhere.get(&elsewhere(&entry)).is_none_or(older) {
+                self.elsewhere.insert(elsewhere(&entry), entry);
+            }
         }
         self
     }
 
-    /// One decision that a job asking for `timing` reached with another (`with_other_timings`),
-    /// such as this run's own: a key that COMMTUNE_TIMING=auto searched with `local` predicts
-    /// the run's later keys of its exact problem as a store's entry would.
+    /// A decision this run reached with another timing than the job asked for (`timing`): a key
+    /// that COMMTUNE_TIMING=auto searched with `local`, or one the self-check reopened. It
+    /// predicts the run's later keys of its exact problem as a store's entry would
+    /// (`with_other_timings`), and replaces what was known of that problem whatever the entries'
+    /// times say: each rank stamps its own clock, and every rank must keep the same decision.
     pub fn add_other_timing(&mut self, entry: Entry, timing: &str) {
-        if entry.reopened_from.as_deref() != Some(timing)
-            || entry.timing.is_none()
-            || entry.realised_us.is_none()
-            || entry.winner_estimate().is_none()
-        {
-            return;
-        }
-        let key = (entry.op.clone(), entry.comm_size, entry.bytes);
-        match self.elsewhere.get(&key) {
-            Some(newer) if newer.time >= entry.time => {}
-            _ => {
-                self.elsewhere.insert(key, entry);
-            }
+        if decided_otherwise(&entry, timing) {
+            self.elsewhere.insert(elsewhere(&entry), entry);
         }
     }
 

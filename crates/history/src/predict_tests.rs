@@ -874,6 +874,7 @@ fn a_decision_of_another_timing_learnt_in_the_run_predicts_its_exact_problem() {
     decided.reopened_from = Some("barrier".to_string());
     decided.winner = "linear".to_string();
     decided.realised_us = Some(38.0);
+    decided.time = 5;
     let mut unconfirmed = decided.clone();
     unconfirmed.bytes = 16;
     unconfirmed.realised_us = None;
@@ -902,4 +903,15 @@ fn a_decision_of_another_timing_learnt_in_the_run_predicts_its_exact_problem() {
             "{comm_size} ranks, {bytes} bytes"
         );
     }
+    // The run's later decision of the problem replaces it, though this rank's clock stamped it
+    // earlier: every rank keeps the same one.
+    let mut later = entry("alltoall", 4, 8, &[("native", 40.0), ("linear", 36.0)]);
+    later.timing = Some("local".to_string());
+    later.reopened_from = Some("barrier".to_string());
+    later.winner = "native".to_string();
+    later.realised_us = Some(39.0);
+    later.time = 0;
+    knowledge.add_other_timing(later, "barrier");
+    let p = knowledge.predict(&problem("alltoall", 4, 8), &any).unwrap();
+    assert_eq!((p.winner.as_str(), p.us), ("native", 39.0));
 }
