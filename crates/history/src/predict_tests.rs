@@ -869,12 +869,17 @@ fn a_decision_of_another_timing_predicts_its_exact_problem_only() {
 #[test]
 fn a_decision_of_another_timing_learnt_in_the_run_predicts_its_exact_problem() {
     let mut knowledge = Knowledge::new(&[], 0.1);
-    let mut decided = entry("alltoall", 4, 8, &[("native", 40.0), ("linear", 36.0)]);
-    decided.timing = Some("local".to_string());
-    decided.reopened_from = Some("barrier".to_string());
-    decided.winner = "linear".to_string();
-    decided.realised_us = Some(38.0);
-    decided.time = 5;
+    // An 8-byte alltoall searched with `local` where `barrier` was asked, decided at `time`.
+    let local = |winner: &str, realised_us: f64, time: u64| {
+        let mut e = entry("alltoall", 4, 8, &[("native", 40.0), ("linear", 36.0)]);
+        e.timing = Some("local".to_string());
+        e.reopened_from = Some("barrier".to_string());
+        e.winner = winner.to_string();
+        e.realised_us = Some(realised_us);
+        e.time = time;
+        e
+    };
+    let decided = local("linear", 38.0, 5);
     let mut unconfirmed = decided.clone();
     unconfirmed.bytes = 16;
     unconfirmed.realised_us = None;
@@ -905,13 +910,7 @@ fn a_decision_of_another_timing_learnt_in_the_run_predicts_its_exact_problem() {
     }
     // The run's later decision of the problem replaces it, though this rank's clock stamped it
     // earlier: every rank keeps the same one.
-    let mut later = entry("alltoall", 4, 8, &[("native", 40.0), ("linear", 36.0)]);
-    later.timing = Some("local".to_string());
-    later.reopened_from = Some("barrier".to_string());
-    later.winner = "native".to_string();
-    later.realised_us = Some(39.0);
-    later.time = 0;
-    knowledge.add_other_timing(later, "barrier");
+    knowledge.add_other_timing(local("native", 39.0, 0), "barrier");
     let p = knowledge.predict(&problem("alltoall", 4, 8), &any).unwrap();
     assert_eq!((p.winner.as_str(), p.us), ("native", 39.0));
 }
