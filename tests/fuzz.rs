@@ -1,22 +1,36 @@
-//! The randomized differential test (tests/programs/fuzz_collectives.c) for a bounded time per
-//! MPI under default tuning: every intercepted call against its PMPI reference, guard zones,
-//! cross-rank agreement, handles freed and made again. `scripts/fuzz-collectives` runs it for
-//! long, over many seeds and settings.
+//! The randomized tests for a bounded time per MPI under tuning: the differential test of the
+//! collectives (tests/programs/fuzz_collectives.c: every intercepted call against its PMPI
+//! reference, guard zones, cross-rank agreement, handles freed and made again) and the halo
+//! exchanges' test (tests/programs/fuzz_halo.c: episodes posted and completed every way the
+//! standard allows, every received element, gap, guard zone and status checked). `scripts/fuzz`
+//! runs both for long, over many seeds and settings.
 
 mod common;
 
 use common::{Flavour, Mpich, OpenMpi, compile, run, scratch};
 
-/// Seconds per flavour: long enough for searches to run on the repeating templates.
+/// Seconds per run: long enough for searches to run on the repeating templates.
 const SECONDS: &str = "12";
 
-fn fuzz(flavour: Flavour, np: usize, seed: &str) {
-    let dir = scratch(&format!("fuzz_{}", flavour.name()));
-    let exe = compile(flavour, "fuzz_collectives.c", &dir);
-    let job = run(flavour, np, &exe, &dir)
+/// Runs `program` (fuzz_PROGRAM.c) under tuning with `env`, and checks its verdict and that
+/// codelets other than native ran at sites of `op` (every site when None): the tuner searched.
+fn fuzz(
+    flavour: Flavour,
+    np: usize,
+    program: &str,
+    seed: &str,
+    op: Option<&str>,
+    env: &[(&str, &str)],
+) {
+    let dir = scratch(&format!("fuzz_{program}_{}_{seed}", flavour.name()));
+    let exe = compile(flavour, &format!("fuzz_{program}.c"), &dir);
+    let mut job = run(flavour, np, &exe, &dir)
         .args(&["--seconds", SECONDS, "--seed", seed])
-        .env("COMMTUNE_MODE", "tune")
-        .go();
+        .env("COMMTUNE_MODE", "tune");
+    for (name, value) in env {
+        job = job.env(name, value);
+    }
+    let job = job.go();
     let verdict = job
         .stdout()
         .lines()
@@ -30,22 +44,50 @@ fn fuzz(flavour: Flavour, np: usize, seed: &str) {
     let calls: u64 = verdict.split(' ').next().unwrap().parse().unwrap();
     assert!(verdict.contains(" 0 failures"), "{}", job.stdout());
     assert!(calls >= 1000, "too few calls to mean anything: {verdict}");
-    // Codelets other than native ran: the tuner searched some of the repeating calls.
     let report = job.report();
     let tried = common::sites(&report).iter().any(|s| {
-        s["codelets"]
-            .as_object()
-            .is_some_and(|c| c.keys().any(|k| k != "native"))
+        op.is_none_or(|op| s["op"] == op)
+            && s["codelets"]
+                .as_object()
+                .is_some_and(|c| c.keys().any(|k| k != "native"))
     });
-    assert!(tried, "no codelet but native ran");
+    assert!(tried, "no codelet but native ran ({op:?} sites)");
 }
 
 #[test]
 fn fuzz_collectives_openmpi() {
-    fuzz(OpenMpi, 3, "1601");
+    fuzz(OpenMpi, 3, "collectives", "1601", None, &[]);
 }
 
 #[test]
 fn fuzz_collectives_mpich() {
-    fuzz(Mpich, 2, "1602");
+    fuzz(Mpich, 2, "collectives", "1602", None, &[]);
+}
+
+/// Seed 4 makes a quiet run (episodes repeat alike on every rank, as a stencil's), where ranks
+/// may also agree on `neighbor`; seed 3 a noisy one (each rank varies its episodes).
+#[test]
+fn fuzz_halo_openmpi() {
+    fuzz(
+        OpenMpi,
+        3,
+        "halo",
+        "4",
+        Some("halo"),
+        &[("COMMTUNE_HALO_NEIGHBOR", "on")],
+    );
+    fuzz(OpenMpi, 4, "halo", "3", Some("halo"), &[]);
+}
+
+#[test]
+fn fuzz_halo_mpich() {
+    fuzz(Mpich, 2, "halo", "3", Some("halo"), &[]);
+    fuzz(
+        Mpich,
+        2,
+        "halo",
+        "4",
+        Some("halo"),
+        &[("COMMTUNE_HALO_NEIGHBOR", "on")],
+    );
 }

@@ -58,6 +58,9 @@ impl Slurm {
             .env("COMMTUNE", root().join("target/release/commtune"))
             // Cargo's build-script variable of this crate, no knob of the library.
             .env_remove("COMMTUNE_BUILD_FLAVOUR")
+            // `commtune run` tunes, and a tuned job reads and writes the history store: never
+            // the user's, which would carry one test run's decisions into the next.
+            .env("COMMTUNE_HISTORY", "off")
             // 4 ranks on 2 cores: srun does not tell Open MPI it is oversubscribed, so it would
             // busy-poll (mpirun --oversubscribe makes it yield).
             .env("OMPI_MCA_mpi_yield_when_idle", "1");
