@@ -2,7 +2,8 @@
 //! network namespace, TCP between every pair of ranks, NICs shaped to 10 Gbit/s) under both
 //! MPIs (Open MPI on 3 hosts; MPICH, which busy-polls, on 2), so that shared memory never hides a bug. The differential program compares every
 //! collective codelet with PMPI (each round forces one codelet of every operation, covering them
-//! all); the stencil's checksum under every forced halo codelet must be native's bit for bit.
+//! all); the stencil's checksum under every forced halo codelet must be native's bit for bit;
+//! the randomized halo test finds nothing wrong under tuning.
 //! Needs root (network namespaces), as CI has.
 
 mod common;
@@ -99,11 +100,29 @@ fn stencil(flavour: Flavour) {
     }
 }
 
+/// The randomized halo test (tests/programs/fuzz_halo.c) under tuning: a quiet seed, where
+/// episodes repeat alike and ranks may agree on `neighbor`, and a noisy one.
+fn fuzz_halo(flavour: Flavour) {
+    let dir = scratch(&format!("cluster-fuzz-halo-{}", flavour.name()));
+    let exe = compile(flavour, "fuzz_halo.c", &dir);
+    for seed in ["4", "3"] {
+        run(flavour, ranks(flavour), &exe, &dir)
+            .on_cluster()
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_HALO_NEIGHBOR", "on")
+            .args(&["--seconds", "8", "--seed", seed])
+            .finishes_with("fuzz: ")
+            .go()
+            .assert_fuzz_passed();
+    }
+}
+
 #[test]
 fn correctness_across_hosts() {
     let _cluster = Cluster::up(HOSTS, "10gbit");
     for flavour in [OpenMpi, Mpich] {
         differential(flavour);
         stencil(flavour);
+        fuzz_halo(flavour);
     }
 }

@@ -213,6 +213,26 @@ impl Job {
         self
     }
 
+    /// The verdict of a randomized test (tests/programs/fuzz_*.c: "fuzz: N calls, M failures,
+    /// ..."), checked: the job succeeded, found nothing wrong and made enough calls to mean
+    /// anything. Returns the verdict line.
+    pub fn assert_fuzz_passed(&self) -> String {
+        let verdict = self
+            .stdout()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("fuzz: ")
+                    .filter(|l| l.contains(" calls, "))
+                    .map(String::from)
+            })
+            .unwrap_or_else(|| panic!("no verdict\n{}\n{}", self.stdout(), self.stderr()));
+        self.assert_success();
+        let calls: u64 = verdict.split(' ').next().unwrap().parse().unwrap();
+        assert!(verdict.contains(" 0 failures"), "{}", self.stdout());
+        assert!(calls >= 1000, "too few calls to mean anything: {verdict}");
+        verdict
+    }
+
     pub fn report(&self) -> Value {
         let text = std::fs::read_to_string(&self.report_path).unwrap_or_else(|e| {
             panic!(
