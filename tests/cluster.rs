@@ -101,7 +101,7 @@ fn stencil(flavour: Flavour) {
 }
 
 /// The randomized halo test (tests/programs/fuzz_halo.c) under tuning: a quiet seed, where
-/// episodes repeat alike and ranks may agree on `neighbor`, and a noisy one.
+/// episodes repeat alike, and a noisy one.
 fn fuzz_halo(flavour: Flavour) {
     let dir = scratch(&format!("cluster-fuzz-halo-{}", flavour.name()));
     let exe = compile(flavour, "fuzz_halo.c", &dir);
@@ -109,7 +109,6 @@ fn fuzz_halo(flavour: Flavour) {
         run(flavour, ranks(flavour), &exe, &dir)
             .on_cluster()
             .env("COMMTUNE_MODE", "tune")
-            .env("COMMTUNE_HALO_NEIGHBOR", "on")
             .args(&["--seconds", "8", "--seed", seed])
             .finishes_with("fuzz: ")
             .go()

@@ -528,6 +528,46 @@ fn deferred_sends_never_deadlock_mpich() {
     deferral(Mpich);
 }
 
+/// tests/programs/shared_first_post.c: two exchanges through one helper, whose first post is the
+/// same on rank 0 only, alternate in runs with a barrier after each; the ranks agree on the first
+/// before the second ever ran. Rank 0 predicts whichever ran last, so it must recognise the agreed
+/// exchange by its posts, not by its prediction (it hung in the collective's peer before), and
+/// the other exchange is no broken agreement: `neighbor` runs the agreed one to the end.
+fn shared_first_post(flavour: Flavour) {
+    let dir = scratch(&format!("halo-shared-first-post-{}", flavour.name()));
+    let program = compile(flavour, "shared_first_post.c", &dir);
+    let job = run(flavour, 2, &program, &dir)
+        .env("COMMTUNE_FORCE", "halo=neighbor")
+        .go();
+    job.assert_success();
+    assert!(
+        job.stdout().contains("shared_first_post: results correct"),
+        "{}",
+        job.stdout()
+    );
+    let report = job.report();
+    let sites = common::sites(&report);
+    let ran: u64 = sites.iter().map(|s| codelet_calls(s, "neighbor")).sum();
+    assert!(
+        ran >= 100,
+        "neighbor ran {ran} of the agreed exchange's 120: {sites:#?}"
+    );
+    assert!(
+        !report.to_string().contains("broke the agreement"),
+        "{sites:#?}"
+    );
+}
+
+#[test]
+fn an_agreed_exchange_is_recognised_by_its_posts_openmpi() {
+    shared_first_post(OpenMpi);
+}
+
+#[test]
+fn an_agreed_exchange_is_recognised_by_its_posts_mpich() {
+    shared_first_post(Mpich);
+}
+
 /// tests/programs/split_episodes.c: one rank splits its exchanges over two episodes in an order
 /// against pairwise's global order; pairwise's steps must give up waiting rather than deadlock.
 #[test]

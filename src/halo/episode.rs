@@ -95,7 +95,7 @@ struct Prediction {
 /// (forced, or the tuner's choice for the key the episode is predicted to be), and the rest of
 /// the episode keeps it.
 pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
-    let (codelet, starts) = TRACKER.with_borrow_mut(|t| {
+    let (codelet, first) = TRACKER.with_borrow_mut(|t| {
         if !t.ops.is_empty() {
             return (t.codelet, None);
         }
@@ -117,21 +117,27 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
             }
             None => 0,
         };
-        (t.codelet, t.predicted)
+        (t.codelet, Some(t.predicted))
     });
-    // Outside the tracker: deciding may post a previous instance's held messages.
-    let Some(entry) = starts.filter(|_| agreement::may_agree()) else {
+    // Only an episode's first post decides.
+    let Some(predicted) = first.filter(|_| agreement::may_agree()) else {
         return codelet;
     };
+    // Outside the tracker: deciding may post a previous instance's held messages.
     neighbor::flush();
-    match agreement::schedule_for(entry) {
-        Some(schedule) => {
-            neighbor::begins(schedule, Box::new(move |why| agreement::broken(entry, why)));
-            TRACKER.with_borrow_mut(|t| t.codelet = NEIGHBOR);
-            NEIGHBOR
-        }
-        None => codelet,
-    }
+    let predicted = predicted.and_then(|entry| Some((entry, agreement::schedule_for(entry)?)));
+    let (schedule, broken): (_, neighbor::Broken) = match predicted {
+        Some((entry, schedule)) => (schedule, Box::new(move |why| agreement::broken(entry, why))),
+        // Held as the agreed episode it may be: one that ends short of it is another episode,
+        // no broken agreement.
+        None => match agreement::schedule_beginning_with(call) {
+            Some(schedule) => (schedule, Box::new(|_| {})),
+            None => return codelet,
+        },
+    };
+    neighbor::begins(schedule, broken);
+    TRACKER.with_borrow_mut(|t| t.codelet = NEIGHBOR);
+    NEIGHBOR
 }
 
 fn first_post(caller: usize, call: &PointToPoint) -> u64 {

@@ -6,10 +6,12 @@
 //! Unlike the other halo codelets this one changes which messages match: a rank running it talks
 //! only to peers running it for the same instance. So it runs only on instances every rank of the
 //! communicator agreed to (`halo::agreement`), and each rank holds its posts until the episode's last
-//! message is posted, then starts the collective. A rank whose episode then differs from the
-//! agreed one, or that makes another MPI call before posting all of it, cannot keep the
-//! agreement: it posts what it holds natively and says so in the report (peers that started the
-//! collective wait for it; see the requirements).
+//! message is posted and its next MPI call (the completion, usually) comes, then starts the
+//! collective. An episode whose posts go on otherwise is not an instance of the agreed one but
+//! another that began alike on this rank: its messages go natively. A rank that makes another MPI
+//! call before posting all of an instance it took for the agreed one cannot keep the agreement: it
+//! posts what it holds natively and says so in the report (peers that started the collective wait
+//! for it; see the requirements).
 
 use std::cell::RefCell;
 use std::ffi::c_int;
@@ -75,6 +77,11 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// Whether an episode whose first post is `call` may be an instance of this one.
+    pub fn begins_with(&self, call: &PointToPoint) -> bool {
+        self.messages.first().is_some_and(|m| m.is(call))
+    }
+
     /// The agreed `messages` (posting order), each on block `blocks[i]` of the collective's sends
     /// or receives, `sends` of them sends, carried by `graph`.
     pub fn new(messages: Vec<Expected>, blocks: Vec<usize>, sends: usize, graph: Graph) -> Self {
@@ -163,16 +170,16 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
         _ => None,
     };
     let Some(generalized) = generalized else {
-        break_off(h, "its messages differ from the agreed episode's");
+        // Not an instance of the agreed episode but another that began alike on this rank
+        // (whose peers post it natively too): its messages go natively, and the agreement
+        // stands for the agreed episode's instances.
+        deferred::neighbor_released();
+        post_natively(h.posted);
         return (call.native(request), false);
     };
     *request = generalized.handle();
     h.posted.push((*call, generalized));
-    if h.posted.len() == h.schedule.messages.len() {
-        start(h);
-    } else {
-        HOLDING.set(Some(h));
-    }
+    HOLDING.set(Some(h));
     (mpi::SUCCESS, true)
 }
 
@@ -217,12 +224,17 @@ fn carry(carrier: Carrier) {
     IN_FLIGHT.fetch_add(1, Ordering::Release);
 }
 
-/// The instance cannot run as agreed: what it holds is posted natively, each message completing
-/// its application request (with MPI's error, if MPI refuses the post).
+/// The instance cannot run as agreed: what it holds is posted natively.
 fn break_off(h: Holding, why: &'static str) {
     deferred::neighbor_released();
     (h.broken)(why);
-    for (call, generalized) in h.posted {
+    post_natively(h.posted);
+}
+
+/// Posts held messages natively, each completing its application request (with MPI's error, if
+/// MPI refuses the post).
+fn post_natively(posted: Vec<(PointToPoint, Generalized)>) {
+    for (call, generalized) in posted {
         let mut request = mpi::request_null();
         match call.native(&mut request) {
             mpi::SUCCESS => carry(Carrier {
@@ -259,13 +271,20 @@ fn mark_adopted<'a>(mut members: impl Iterator<Item = &'a mut Generalized>, bits
         .is_some()
 }
 
-/// Another MPI call came before the instance was fully posted (`deferred`).
+/// Another MPI call came (`deferred`): the instance's posts are over. Fully posted, its
+/// collective starts now, not at its last post: a rank that took another episode for the agreed
+/// one (whose posts began alike on this rank) finds out at the post that follows, before it has
+/// started a collective its peers will never join.
 pub fn flush() {
     if let Some(h) = HOLDING.take() {
-        break_off(
-            h,
-            "another MPI call came before all its messages were posted",
-        );
+        if h.posted.len() == h.schedule.messages.len() {
+            start(h);
+        } else {
+            break_off(
+                h,
+                "another MPI call came before all its messages were posted",
+            );
+        }
     }
 }
 

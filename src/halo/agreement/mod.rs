@@ -22,7 +22,7 @@ mod proposal;
 mod trial;
 
 pub use candidates::{closed, eligibility};
-pub use trial::{broken, chosen, sample, schedule_for};
+pub use trial::{broken, chosen, sample, schedule_beginning_with, schedule_for};
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -89,6 +89,7 @@ enum Phase {
 
 /// An agreed episode on this rank.
 struct AgreedEpisode {
+    entry: &'static Entry,
     schedule: Arc<Schedule>,
     /// The first instance that may run the collective, and the first the decision applies to
     /// (before it, a trial alternates the collective with the ranks' own codelets in pairs of

@@ -68,6 +68,7 @@ pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::d
             USES.insert(
                 entry.id(),
                 AgreedEpisode {
+                    entry,
                     schedule: Arc::new(schedule),
                     from: next as u64,
                     decided_from: if phase == Phase::Trial {

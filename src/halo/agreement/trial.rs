@@ -9,7 +9,7 @@ use super::proposal::{collective_number, next_instance};
 use super::{Episodes, Phase, USES, may_agree, state};
 use crate::codelets::halo::neighbor::Schedule;
 use crate::keys::Entry;
-use crate::mpi::{self, Comm};
+use crate::mpi::{self, Comm, PointToPoint};
 use crate::{clock, runtime};
 
 /// The schedule the next instance of `entry` runs, if the ranks agreed to run it as a collective.
@@ -27,6 +27,23 @@ pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
         u.phase == Phase::Chosen
     };
     (collective && !u.broken && !u.freed).then(|| u.schedule.clone())
+}
+
+/// The schedule of an agreed episode whose next instance runs the collective and whose first
+/// message is `call`, for an episode whose first post predicted no agreed one. A first post
+/// predicts the key that last began with it, on this rank alone: where two episodes begin alike
+/// here but not on a peer, this rank would take the agreed one for the other and post natively
+/// while the peer runs the collective. Held as the agreed one's, the episode shows which it is by
+/// its posts (`neighbor::post`, `neighbor::flush`).
+pub fn schedule_beginning_with(call: &PointToPoint) -> Option<Arc<Schedule>> {
+    if USES.is_empty() {
+        return None;
+    }
+    let entry = USES
+        .iter()
+        .find(|u| u.schedule.begins_with(call))
+        .map(|u| u.entry)?;
+    schedule_for(entry)
 }
 
 /// A sample of the instance of `entry` that just completed, which ran the collective or not.
