@@ -39,9 +39,11 @@ pub fn schedule_beginning_with(call: &PointToPoint) -> Option<Arc<Schedule>> {
     if USES.is_empty() {
         return None;
     }
+    // Not a freed communicator's: MPI may give its handle to a new one, whose episodes then
+    // begin with the same messages.
     let entry = USES
         .iter()
-        .find(|u| u.schedule.begins_with(call))
+        .find(|u| !u.freed && !u.broken && u.schedule.begins_with(call))
         .map(|u| u.entry)?;
     schedule_for(entry)
 }
