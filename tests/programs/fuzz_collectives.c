@@ -20,15 +20,12 @@
  * back for types of other sizes); MPI_IN_PLACE; allgatherv displacements with gaps, per rank.
  * The same call site serves every communicator, type and size.
  *
- * usage: fuzz_collectives [--seconds S (default 10)] [--seed N] [--max-calls N]
+ * usage: fuzz_collectives [--seconds S (default 10)] [--seed N] [--max-calls N] (fuzz_common.h)
  * Prints "fuzz: FAIL ..." lines (at most 20) and "fuzz: N calls, M failures, seed S";
  * exits 1 when M > 0. */
-#include <mpi.h>
+#include "fuzz_common.h"
 
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define GUARD 64
 #define SLOTS 3
@@ -36,20 +33,6 @@
 #define CHECK_EVERY 64
 #define MAX_BLOCK 300
 #define KEPT_TYPES 6
-
-static int world_rank, world_size;
-static long failures, calls;
-
-/* splitmix64: `shared` draws the same sequence on every rank, `local` one per rank. */
-static uint64_t shared, local;
-static uint64_t next(uint64_t *state)
-{
-    uint64_t x = (*state += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-static int pick(uint64_t *state, int n) { return (int)(next(state) % (uint64_t)n); }
 
 static void fail(const char *what, long call)
 {
@@ -319,8 +302,8 @@ static void allgatherv(const struct template *t, struct slot *s, long call)
     free(displs);
 }
 
-/* Every rank of each slot holds the same digest; and whether to stop (rank 0's clock). */
-static int check_and_stop(double deadline, long max_calls)
+/* Every rank of each slot holds the same digest; and whether to stop. */
+static int check_and_stop(const struct run *run)
 {
     for (int i = 0; i < SLOTS; i++) {
         long long d[2] = {(long long)(slots[i].digest >> 1), -(long long)(slots[i].digest >> 1)};
@@ -328,26 +311,12 @@ static int check_and_stop(double deadline, long max_calls)
         if (d[0] != -d[1]) fail("ranks disagree on results", calls);
         slots[i].digest = 0;
     }
-    int stop = world_rank == 0 && (PMPI_Wtime() > deadline || (max_calls > 0 && calls >= max_calls));
-    PMPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return stop;
+    return run_over(run);
 }
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    double seconds = 10;
-    unsigned long long seed = 16;
-    long max_calls = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--max-calls")) max_calls = atol(argv[i + 1]);
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    shared = seed;
-    local = seed * 1000003 + (uint64_t)world_rank;
+    struct run run = run_start(&argc, &argv);
     for (int i = 0; i < SLOTS; i++) slot_create(i);
     MPI_Op_create(user_sum, 1, &op_sum);
     MPI_Op_create(user_compose, 0, &op_compose);
@@ -361,7 +330,6 @@ int main(int argc, char **argv)
         t->red = pick(&shared, 6);
         t->in_place = pick(&shared, 4) == 0;
     }
-    double deadline = PMPI_Wtime() + seconds;
     int stop = 0;
     while (!stop) {
         for (int k = 0; k < CHECK_EVERY; k++, calls++) {
@@ -388,13 +356,12 @@ int main(int argc, char **argv)
             else if (t.op == 1) alltoall(&t, s, calls);
             else allgatherv(&t, s, calls);
         }
-        stop = check_and_stop(deadline, max_calls);
+        stop = check_and_stop(&run);
     }
     while (n_kept > 0) MPI_Type_free(&kept[--n_kept]);
-    long all_failures = 0;
-    PMPI_Allreduce(&failures, &all_failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    long all_failures = run_failures();
     if (world_rank == 0)
-        printf("fuzz: %ld calls, %ld failures, seed %llu\n", calls, all_failures, seed);
+        printf("fuzz: %ld calls, %ld failures, seed %llu\n", calls, all_failures, run.seed);
     for (int i = 0; i < SLOTS; i++) slot_free(i);
     MPI_Op_free(&op_sum);
     MPI_Op_free(&op_compose);

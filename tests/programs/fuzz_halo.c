@@ -31,15 +31,12 @@
  * from time to time. A template often runs several episodes in a row, as a stencil's time
  * steps, followed by an MPI_Barrier or MPI_Allreduce on its communicator.
  *
- * usage: fuzz_halo [--seconds S (default 10)] [--seed N] [--max-calls N]
+ * usage: fuzz_halo [--seconds S (default 10)] [--seed N] [--max-calls N] (fuzz_common.h)
  * Prints "fuzz: FAIL ..." lines (at most 20) and "fuzz: N calls, M failures, seed S" (calls:
  * posts); exits 1 when M > 0. */
-#include <mpi.h>
+#include "fuzz_common.h"
 
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define GUARD 8
 #define SLOTS 3
@@ -55,22 +52,9 @@
 /* Doubles of a buffer per element at most (the widest layout: 3 elements in an extent of 9). */
 #define WIDEST 3
 
-static int world_rank, world_size;
-static long failures, calls;
 /* Whether each rank varies its episodes (a noisy run), or they repeat alike on every rank, as a
  * stencil's, where every rank also completes a template the same way (a quiet run). */
 static int noisy;
-
-/* splitmix64: `shared` draws the same sequence on every rank, `local` one per rank. */
-static uint64_t shared, local;
-static uint64_t next(uint64_t *state)
-{
-    uint64_t x = (*state += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-static int pick(uint64_t *state, int n) { return (int)(next(state) % (uint64_t)n); }
 
 static void fail(long episode, const char *what, int message)
 {
@@ -524,38 +508,17 @@ static void collective(const struct slot *s, int kind, long number)
     }
 }
 
-/* Whether to stop (rank 0's clock), the same on every rank. */
-static int stop_now(double deadline, long max_calls)
-{
-    int stop = world_rank == 0 && (PMPI_Wtime() > deadline || (max_calls > 0 && calls >= max_calls));
-    PMPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return stop;
-}
-
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    double seconds = 10;
-    unsigned long long seed = 16;
-    long max_calls = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--max-calls")) max_calls = atol(argv[i + 1]);
-    }
+    struct run run = run_start(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    shared = seed;
-    local = seed * 1000003 + (uint64_t)world_rank;
     noisy = pick(&shared, 2);
     for (int i = 0; i < SLOTS; i++) slot_create(i);
     types_create();
     static struct template templates[TEMPLATES];
     for (int i = 0; i < TEMPLATES; i++) template_make(&templates[i]);
-    double deadline = PMPI_Wtime() + seconds;
     long episodes = 0;
-    for (int stop = 0; !stop; stop = stop_now(deadline, max_calls)) {
+    for (int stop = 0; !stop; stop = run_over(&run)) {
         for (int k = 0; k < CHECK_EVERY; k++) {
             int lifecycle = pick(&shared, 400);
             if (lifecycle == 0) { /* a communicator freed and made again, its templates with it */
@@ -579,10 +542,9 @@ int main(int argc, char **argv)
             collective(&slots[t->slot], pick(&shared, 4), episodes);
         }
     }
-    long all_failures = 0;
-    PMPI_Allreduce(&failures, &all_failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    long all_failures = run_failures();
     if (world_rank == 0)
-        printf("fuzz: %ld calls, %ld failures, seed %llu (%ld episodes, %s)\n", calls, all_failures, seed,
+        printf("fuzz: %ld calls, %ld failures, seed %llu (%ld episodes, %s)\n", calls, all_failures, run.seed,
                episodes, noisy ? "noisy" : "quiet");
     for (int i = 0; i < TEMPLATES; i++) template_free(&templates[i]);
     types_free();
