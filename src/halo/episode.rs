@@ -198,11 +198,6 @@ pub fn receives_outstanding() -> Option<bool> {
     TRACKER.with_borrow(|t| t.expected_recvs.map(|expected| t.recvs < expected))
 }
 
-/// The key this thread's episode in progress is predicted to be.
-pub fn open_prediction() -> Option<&'static Entry> {
-    TRACKER.with_borrow(|t| t.predicted.filter(|_| !t.ops.is_empty()))
-}
-
 /// Another MPI call came while this thread's episode watches (`deferred`): an episode with one
 /// between its posts cannot run as `neighbor`, whose posts must all come before any other call.
 pub fn interrupted() {

@@ -52,7 +52,7 @@ pub fn agree_at_collective(comm: MPI_Comm, tuned: bool) {
     agreement::at_collective(
         comm,
         agreement::Episodes {
-            open: episode::open_prediction,
+            open: episode::is_open,
             settled: rank_tuner::is_settled,
         },
         tuned,

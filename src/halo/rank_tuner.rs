@@ -296,7 +296,7 @@ pub fn completed(
         // A `neighbor` trial compares the collective with this rank's winner, instance by
         // instance.
         if let Some(start) = instance.start(timing) {
-            agreement::sample(entry, ran == NEIGHBOR, now.saturating_sub(start));
+            agreement::sample(ran == NEIGHBOR, now.saturating_sub(start));
         }
         if let Some((predicted, realised)) = p.observe(&instance) {
             // A prediction being verified is production's first window after it (and its

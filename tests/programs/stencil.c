@@ -8,6 +8,7 @@
  *   WIDTH       halo width in cells (the stencil reaches that far)
  *   PERIODIC    1 for a torus, 0 for fixed boundaries (MPI_PROC_NULL neighbours)
  *   COMPLETION  waitall | waits | waitany | testall | testsome | free_sends
+ *               | tests (Testsome or Testany loops, drawn per rank and exchange)
  *   INTERLEAVE  none | recv (blocking token ring between posts and completion) | allreduce | both
  *               | residual (none in the exchange; an MPI_Allreduce after every 10th iteration,
  *               as a solver checking its residual)
@@ -37,6 +38,7 @@ static int dims, n, width, extent;
 static MPI_Comm cart;
 static int lower[MAX_DIMS], upper[MAX_DIMS];
 static MPI_Datatype face[MAX_DIMS];
+static int cart_rank;
 
 static size_t cells(void)
 {
@@ -134,6 +136,22 @@ static void complete(const char *how, MPI_Request *requests, int count)
             if (outcount != MPI_UNDEFINED)
                 done += outcount;
         }
+    } else if (!strcmp(how, "tests")) {
+        /* Mostly Testsome loops, one in eight Testany loops, drawn per rank and exchange: the
+         * call that completes an exchange, its site, differs between ranks and exchanges. */
+        static unsigned draws;
+        if (!draws) draws = 7u * (unsigned)cart_rank + 1u;
+        draws = draws * 1103515245u + 12345u;
+        int done = 0, outcount, index, flag, indices[4 * MAX_DIMS];
+        while (done < count)
+            if ((draws >> 16) % 8 == 0) {
+                MPI_Testany(count, requests, &index, &flag, MPI_STATUS_IGNORE);
+                done += flag && index != MPI_UNDEFINED;
+            } else {
+                MPI_Testsome(count, requests, &outcount, indices, statuses);
+                if (outcount != MPI_UNDEFINED)
+                    done += outcount;
+            }
     } else if (!strcmp(how, "free_sends")) {
         /* Sends are freed as they are posted (exchange()); only receives are left. */
         MPI_Waitall(count, requests, statuses);
@@ -173,7 +191,7 @@ static void post_send(double *grid, int d, int upper_face, const char *how, MPI_
 
 /* Set for the iterations where allreduce_query calls MPI_Comm_rank between posts, and on the
  * rank that allreduce_wtime makes call MPI_Wtime there. */
-static int query_between_posts, wtime_between_posts, cart_rank;
+static int query_between_posts, wtime_between_posts;
 
 static void exchange(double *grid, const char *how, const char *interleave, const char *order)
 {

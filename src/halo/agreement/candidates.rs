@@ -2,11 +2,11 @@
 //! messages may travel as one neighbourhood collective.
 
 use std::ffi::c_int;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 
-use rustc_hash::FxBuildHasher;
+use rustc_hash::{FxBuildHasher, FxHasher};
 
-use super::{Candidate, communicator, may_agree};
+use super::{Candidate, MAX_LISTS, communicator, may_agree, trial};
 use crate::codelets::halo::neighbor::Expected;
 use crate::keys::Entry;
 use crate::mpi::{self, HandleBits};
@@ -37,7 +37,8 @@ pub fn eligibility(ops: impl Iterator<Item = Expected>) -> Result<Vec<Expected>,
     Ok(real)
 }
 
-/// An episode of `entry` closed with messages `ops`: it becomes its communicator's candidate.
+/// An episode of `entry` closed with messages `ops`: it counts as an instance of its message
+/// list, and of the agreed episode with that list, and becomes its communicator's candidate.
 /// Only instances whose first post predicted them count as steady: a rank decides at the first
 /// post whether an instance runs the collective. Nor do instances with another MPI call between
 /// their posts (not `posted_alone`): there a rank would break the agreement while its peers wait
@@ -47,37 +48,63 @@ pub fn closed(
     entry: &'static Entry,
     predicted: bool,
     posted_alone: bool,
-    ops: impl Iterator<Item = Expected>,
+    ops: impl Iterator<Item = Expected> + Clone,
 ) {
     if !may_agree() {
         return;
     }
     let mut real = ops.filter(|o| o.peer != mpi::proc_null()).peekable();
     let Some(comm) = real.peek().map(|o| o.comm.get()) else {
+        trial::instance_closed(None);
         return;
     };
-    let mut c = communicator(comm);
-    let site = entry.site.id;
-    c.latest = Some(site);
-    if let Some(k) = c.candidates.get_mut(&site)
-        && std::ptr::eq(k.entry, entry)
-        && predicted
+    let list = messages_hash(real.clone());
     {
-        k.steady = if posted_alone { k.steady + 1 } else { 0 };
-        return;
-    }
-    match eligibility(real) {
-        Ok(messages) => {
-            let candidate = Candidate {
-                entry,
-                identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
-                steady: u64::from(posted_alone),
-                messages,
-            };
-            c.candidates.insert(site, candidate);
+        let mut c = communicator(comm);
+        let counted = c.instances.len() < MAX_LISTS;
+        match c.instances.get_mut(&list) {
+            Some(closed) => *closed += 1,
+            None if counted => drop(c.instances.insert(list, 1)),
+            None => {}
         }
-        Err(_) => {
-            c.candidates.remove(&site);
+        let site = entry.site.id;
+        c.latest = Some(site);
+        match c.candidates.get_mut(&site) {
+            Some(k) if std::ptr::eq(k.entry, entry) && predicted => {
+                k.steady = if posted_alone { k.steady + 1 } else { 0 };
+            }
+            _ => match eligibility(real) {
+                Ok(messages) => {
+                    let candidate = Candidate {
+                        entry,
+                        identity: FxBuildHasher.hash_one((site, entry.agree_hash)),
+                        steady: u64::from(posted_alone),
+                        messages,
+                        list,
+                    };
+                    c.candidates.insert(site, candidate);
+                }
+                Err(_) => {
+                    c.candidates.remove(&site);
+                }
+            },
         }
     }
+    // With the communicator's state released: the agreed episodes are locked after it.
+    trial::instance_closed(Some((comm.bits(), list)));
+}
+
+/// A hash of an episode's messages (those to MPI_PROC_NULL left out): what names its instances on
+/// this rank, whatever call completes them.
+fn messages_hash(messages: impl Iterator<Item = Expected>) -> u64 {
+    let mut h = FxHasher::default();
+    for m in messages {
+        h.write_u8(m.kind as u8);
+        h.write_i32(m.peer);
+        h.write_i32(m.tag);
+        h.write_i64(m.count);
+        h.write_usize(m.datatype.get().bits());
+        h.write_usize(m.comm.get().bits());
+    }
+    h.finish()
 }

@@ -8,7 +8,13 @@
 //! each last closed on the communicator once it ran twice in a row at its site, with its identity
 //! (site and signature ordinal) and instance count. If every rank proposes the same one at the
 //! same instance, they exchange their message lists, pair sends with receives (`edges`), build
-//! the graph, and switch at the same instance: the first that no rank has begun. Under tuning the
+//! the graph, and switch at the same instance: the first that no rank has begun.
+//!
+//! Instances are counted by their messages, not by their key: an episode's key names the call
+//! that completed it, which may differ between ranks and between instances (a Testany loop here,
+//! a Testsome loop there), while every rank posts its side of the exchange once per instance. A
+//! rank counts the episodes it closed on the communicator per message list, and the agreed
+//! episode's instances from there on, whatever key they closed as. Under tuning the
 //! trial alternates the collective with each rank's own codelet in pairs of instances until both
 //! have COMMTUNE_HALO_SAMPLES samples; at a later agreement point the slowest rank's estimates of
 //! the two are compared, and every rank keeps or drops the collective from the same instance. Each
@@ -53,6 +59,9 @@ const MAX_INTERVAL: u64 = 16;
 const PEERS_DIFFER: &str = "another rank's messages do not pair with its peers'";
 /// The tag of the message-list exchange on the private communicator.
 const LISTS_TAG: c_int = 0x6e62;
+/// Message lists counted per communicator at most (bounded memory; a list first seen beyond
+/// them is never proposed).
+const MAX_LISTS: usize = 4096;
 
 /// An episode on a communicator that could run as one collective, the latest at its site.
 struct Candidate {
@@ -60,6 +69,8 @@ struct Candidate {
     identity: u64,
     steady: u64,
     messages: Vec<Expected>,
+    /// Its messages' hash, which counts its instances.
+    list: u64,
 }
 
 /// The agreement's state of one communicator (kept in its `comms` record).
@@ -71,6 +82,9 @@ struct CommAgreement {
     interval: u64,
     /// By site; the site of the latest closed episode is what this rank proposes.
     candidates: HashMap<u64, Candidate>,
+    /// Closed episodes per message list (`candidates::messages_hash`), for the first
+    /// `MAX_LISTS` lists.
+    instances: HashMap<u64, u64, FxBuildHasher>,
     latest: Option<u64>,
     /// The agreed episode under trial.
     trial: Option<&'static Entry>,
@@ -91,6 +105,9 @@ enum Phase {
 struct AgreedEpisode {
     entry: &'static Entry,
     schedule: Arc<Schedule>,
+    /// Its messages' hash, and its instances this rank closed.
+    list: u64,
+    instances: u64,
     /// The first instance that may run the collective, and the first the decision applies to
     /// (before it, a trial alternates the collective with the ranks' own codelets in pairs of
     /// instances, so that both are measured in the same stretch of the run with every rank in
@@ -157,8 +174,8 @@ impl CommAgreement {
 /// them.
 #[derive(Clone, Copy)]
 pub struct Episodes {
-    /// The key this thread's episode in progress is predicted to be.
-    pub open: fn() -> Option<&'static Entry>,
+    /// Whether this thread has an episode in progress (which may be an instance of any).
+    pub open: fn() -> bool,
     /// Whether this rank decided its own codelet for an episode key (under tuning, ranks propose
     /// an episode only then).
     pub settled: fn(&Entry) -> bool,

@@ -12,38 +12,45 @@ use super::{
     settle, state,
 };
 use crate::codelets::halo::neighbor::{Expected, Schedule};
-use crate::keys::Entry;
 use crate::mpi::{self, Comm, PointToPointKind};
 
-/// The first instance no rank has begun: reduced from this rank's closed instances of `entry` and
-/// whether it has one open.
-pub(super) fn next_instance(entry: &'static Entry, episodes: Episodes) -> i64 {
-    let open = (episodes.open)().is_some_and(|e| std::ptr::eq(e, entry));
-    entry.calls() as i64 + i64::from(open) + 1
+/// The first instance no rank has begun: reduced from this rank's `closed` instances of an
+/// episode and whether it has an episode open (which may be one more).
+pub(super) fn next_instance(closed: u64, episodes: Episodes) -> i64 {
+    closed as i64 + i64::from((episodes.open)()) + 1
 }
 
 /// Every rank proposes its candidate; if all propose the same episode at the same instance, the
 /// graph is built and the episode switches.
 pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::MpiResult {
-    let (entry, identity, messages) = {
+    let (entry, identity, messages, list, closed) = {
         let c = state(bits);
-        let latest = c.as_ref().and_then(|c| c.candidates.get(&c.latest?));
-        let ready =
-            latest.filter(|k| k.steady >= STEADY && (forced() || (episodes.settled)(k.entry)));
+        // With its instances counted (not beyond MAX_LISTS).
+        let ready = c.as_ref().and_then(|c| {
+            let k = c.candidates.get(&c.latest?)?;
+            let closed = *c.instances.get(&k.list)?;
+            (k.steady >= STEADY && (forced() || (episodes.settled)(k.entry))).then_some((k, closed))
+        });
         match ready {
-            Some(k) => (Some(k.entry), k.identity, k.messages.clone()),
-            None => (None, 0, Vec::new()),
+            Some((k, closed)) => (
+                Some(k.entry),
+                k.identity,
+                k.messages.clone(),
+                k.list,
+                closed,
+            ),
+            None => (None, 0, Vec::new(), 0, 0),
         }
     };
     let ready = i64::from(entry.is_some());
     let identity = (identity >> 2) as i64;
-    let closed = entry.map_or(0, |e| e.calls() as i64);
-    let next = entry.map_or(0, |e| next_instance(e, episodes));
-    let [identity, closed, ready, next] = private.min_max_i64([identity, closed, ready, next])?;
+    let next = entry.map_or(0, |_| next_instance(closed, episodes));
+    let [identity, closed_everywhere, ready, next] =
+        private.min_max_i64([identity, closed as i64, ready, next])?;
     // The first instance no rank has begun.
     let next = next.max;
     let agreed = ready.min == 1 && identity.same_everywhere();
-    let Some(entry) = entry.filter(|_| agreed && closed.same_everywhere()) else {
+    let Some(entry) = entry.filter(|_| agreed && closed_everywhere.same_everywhere()) else {
         let why = match (ready.max, ready.min) {
             (0, _) => "no rank had a repeating episode ready",
             (_, 0) => {
@@ -70,6 +77,8 @@ pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::d
                 AgreedEpisode {
                     entry,
                     schedule: Arc::new(schedule),
+                    list,
+                    instances: closed,
                     from: next as u64,
                     decided_from: if phase == Phase::Trial {
                         u64::MAX

@@ -1,6 +1,7 @@
 //! The trial of an agreed episode: which instances run the collective, their samples, a rank
 //! that breaks the agreement, and the decision from the slowest rank's estimates.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use commtune_tune::stats;
@@ -9,7 +10,7 @@ use super::proposal::{collective_number, next_instance};
 use super::{Episodes, Phase, USES, may_agree, state};
 use crate::codelets::halo::neighbor::Schedule;
 use crate::keys::Entry;
-use crate::mpi::{self, Comm, PointToPoint};
+use crate::mpi::{self, Comm, HandleBits, PointToPoint};
 use crate::{clock, runtime};
 
 /// The schedule the next instance of `entry` runs, if the ranks agreed to run it as a collective.
@@ -18,7 +19,7 @@ pub fn schedule_for(entry: &'static Entry) -> Option<Arc<Schedule>> {
         return None;
     }
     let u = USES.get(&entry.id())?;
-    let instance = entry.calls() + 1;
+    let instance = u.instances + 1;
     let collective = if instance < u.from {
         false
     } else if instance < u.decided_from {
@@ -48,13 +49,38 @@ pub fn schedule_beginning_with(call: &PointToPoint) -> Option<Arc<Schedule>> {
     schedule_for(entry)
 }
 
-/// A sample of the instance of `entry` that just completed, which ran the collective or not.
-pub fn sample(entry: &Entry, collective: bool, ticks: u64) {
+thread_local! {
+    /// The agreed episode (its key's id) and the number of its instance that the episode closing
+    /// on this thread is, for `sample`.
+    static CLOSING: Cell<Option<(usize, u64)>> = const { Cell::new(None) };
+}
+
+/// An episode closed on this thread, whose messages were `list` on the communicator handle
+/// `bits` (None: none but to MPI_PROC_NULL): if they are an agreed episode's, the episode is its
+/// next instance, whichever call completed it.
+pub(super) fn instance_closed(messages: Option<(usize, u64)>) {
+    let closing = messages
+        .filter(|_| !USES.is_empty())
+        .and_then(|(bits, list)| {
+            let mut u = USES.iter_mut().find(|u| {
+                u.list == list && !u.freed && u.schedule.comm().is_some_and(|c| c.bits() == bits)
+            })?;
+            u.instances += 1;
+            Some((u.entry.id(), u.instances))
+        });
+    CLOSING.set(closing);
+}
+
+/// A sample of the episode that just closed on this thread, which ran the collective or not: one
+/// of the trial's if it was an instance of an agreed episode under trial.
+pub fn sample(collective: bool, ticks: u64) {
     if !may_agree() {
         return;
     }
-    let instance = entry.calls();
-    if let Some(mut u) = USES.get_mut(&entry.id())
+    let Some((id, instance)) = CLOSING.get() else {
+        return;
+    };
+    if let Some(mut u) = USES.get_mut(&id)
         && (u.from..u.decided_from).contains(&instance)
     {
         let samples = if collective {
@@ -75,7 +101,7 @@ pub fn broken(entry: &Entry, why: &str) {
         entry.note(format!(
             "halo codelet neighbor: this rank broke the agreement at instance {} ({why}); its \
              messages went natively, and peers waiting in the collective may hang",
-            entry.calls() + 1
+            u.instances + 1
         ));
     }
 }
@@ -94,21 +120,23 @@ pub(super) fn evaluate(
     let estimate = |samples: &[f64]| {
         stats::estimate(config.tuning.filter, samples).map_or(0.0, |e| e.location)
     };
-    let (fewest, neighbor, own, broken) = USES.get(&entry.id()).map_or((0, 0.0, 0.0, true), |u| {
-        let fewest = u.samples.len().min(u.own_samples.len());
-        (
-            fewest,
-            estimate(&u.samples),
-            estimate(&u.own_samples),
-            u.broken,
-        )
-    });
+    let (fewest, neighbor, own, broken, closed) =
+        USES.get(&entry.id()).map_or((0, 0.0, 0.0, true, 0), |u| {
+            let fewest = u.samples.len().min(u.own_samples.len());
+            (
+                fewest,
+                estimate(&u.samples),
+                estimate(&u.own_samples),
+                u.broken,
+                u.instances,
+            )
+        });
     let mut values = [
         -(fewest as f64),
         neighbor,
         own,
         f64::from(u8::from(broken)),
-        next_instance(entry, episodes) as f64,
+        next_instance(closed, episodes) as f64,
     ];
     private.allreduce_max_f64(&mut values)?;
     let enough = -values[0] >= f64::from(config.halo_tuning.samples);
