@@ -72,6 +72,9 @@ struct Tracker {
     /// how many posts it had at the first one.
     watching: bool,
     interrupted_at: Option<usize>,
+    /// Every post so far went to MPI_PROC_NULL: an agreed episode's messages leave those out, so
+    /// its instance shows at the first real post.
+    before_real: bool,
 }
 
 /// First posts remembered per thread at most.
@@ -95,10 +98,14 @@ struct Prediction {
 /// (forced, or the tuner's choice for the key the episode is predicted to be), and the rest of
 /// the episode keeps it.
 pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
+    let real = call.peer != mpi::proc_null();
     let (codelet, first) = TRACKER.with_borrow_mut(|t| {
         if !t.ops.is_empty() {
-            return (t.codelet, None);
+            let decides = t.before_real && real && t.codelet != NEIGHBOR;
+            t.before_real &= !real;
+            return (t.codelet, decides.then_some(t.predicted));
         }
+        t.before_real = !real;
         t.first = first_post(caller, call);
         // Taken, not copied: the class goes back when the episode closes.
         let prediction = PREDICTIONS.with_borrow_mut(|p| p.remove(&t.first));
@@ -119,7 +126,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         };
         (t.codelet, Some(t.predicted))
     });
-    // Only an episode's first post decides.
+    // Only an episode's first post decides (its first real one, if it began with MPI_PROC_NULL).
     let Some(predicted) = first.filter(|_| agreement::may_agree()) else {
         return codelet;
     };
