@@ -13,7 +13,8 @@
 //!
 //! Per key: what a small reduction costs (a checkpoint or a round's agreement: the period of an
 //! instance whose successor held one, beyond the codelet's steady median), a barrier's latency,
-//! and the machine's *disturbances* (`DISTURBED`, `STALL`), pooled.
+//! and the machine's *disturbances* (`DISTURBED`, `STALL`), pooled. Each run is classified
+//! apart and scaled to one level (`levels`) before its instances join the pools.
 //!
 //! **The replay** (`replay`) runs N calls of the key, with the library's checkpoints (each a
 //! reduction, spaced by `checkpoints::Spacing`): native until the first checkpoint after
@@ -34,7 +35,8 @@
 //!
 //! **What it gets wrong.** Instances are exchangeable within their kind: a state that lasts (a
 //! network shaper's bucket, a machine that gets busier) is averaged over, and runs recorded
-//! minutes apart that saw different machines are mixed. A switch costs its first `SETTLE`
+//! minutes apart that saw different machines are mixed, scaled to one level only where two
+//! codelets agree on it (`levels`). A switch costs its first `SETTLE`
 //! instances, no more. A barrier the traces have no instance for (a codelet whose barriered
 //! instances all held a reduction) is replaced by the ranks leaving together and the fastest
 //! rank's call. Disturbances hit any codelet at one rate per instance, whatever its length.
@@ -54,6 +56,15 @@ use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
 use crate::stats::{Filter, STALL};
 use crate::trace::{Kind, Record, Trace};
+
+/// Steady instances a codelet needs in two runs of a key for its medians to tell the runs'
+/// levels apart (`levels`).
+pub const LEVEL_INSTANCES: usize = 5;
+
+/// How far apart the codelets' ratios of two runs' levels may be for the runs to be scaled
+/// (`levels`): in tests/data's 8-byte allreduce on the rig, native and `linear` put the barrier
+/// runs at 0.70 and 0.78, and 0.67 and 0.72, of the brute run's level.
+pub const LEVEL_AGREEMENT: f64 = 1.25;
 
 /// Instances after a switch that the switch affects, each drawn in its place: the first pays
 /// for what the predecessor left in the queues (up to 1.9 times a steady instance in
@@ -134,6 +145,13 @@ pub struct Instance {
 }
 
 impl Instance {
+    fn scale(&mut self, factor: f64) {
+        let times = self.wait.iter_mut().chain(&mut self.duration);
+        for t in times.chain(&mut self.period) {
+            *t = scaled(*t, factor);
+        }
+    }
+
     fn slowest_period(&self) -> f64 {
         self.period.iter().copied().max().unwrap_or(0) as f64
     }
@@ -212,6 +230,54 @@ impl CodeletModel {
     }
 }
 
+fn scaled(ns: u64, factor: f64) -> u64 {
+    (ns as f64 * factor).round() as u64
+}
+
+/// The factor that brings each run of a key to the level of the run with the most steady
+/// instances (the reference): the median, over the codelets with `LEVEL_INSTANCES` steady
+/// instances in both, of the reference's steady median over the run's, where at least two such
+/// codelets agree on it within `LEVEL_AGREEMENT` (a load shows on every codelet alike; one
+/// codelet's level is as likely its own state, such as a shaper's bucket); else 1.
+/// Runs recorded minutes apart see different loads, and each run has steady instances of few
+/// codelets besides the one it settled on: pooled unscaled, a codelet that ran steadily only in
+/// a busy run looked slower than one that ran only in a quiet run. In tests/data's 8-byte
+/// allreduce on the rig, native's and `linear`'s medians were 1.3 to 1.5 times the brute run's
+/// in the two barrier runs, and the other codelets ran steadily only in the brute run: pooled
+/// unscaled, `linear` cost 64.6 us per call against 57.4 in the brute run alone; scaled, 60.6
+/// (its barrier runs' tails remain), and replays of the library's defaults at 400 calls came
+/// to 1.130 of the best codelet instead of 1.197 (2000 calls: 1.067 instead of 1.136). No other
+/// key there moved by more than 0.002: its runs were at one level, or no two codelets agreed.
+fn levels(parts: &[&Model]) -> Vec<f64> {
+    let steady = |m: &Model| m.codelets.iter().map(|c| c.steady.len()).sum::<usize>();
+    let Some(reference) = parts.iter().max_by_key(|m| steady(m)) else {
+        return Vec::new();
+    };
+    parts
+        .iter()
+        .map(|part| {
+            let ratios: Vec<f64> = reference
+                .codelets
+                .iter()
+                .zip(&part.codelets)
+                .filter(|(r, p)| {
+                    r.steady.len() >= LEVEL_INSTANCES && p.steady.len() >= LEVEL_INSTANCES
+                })
+                .map(|(r, p)| r.steady_median() / p.steady_median())
+                .filter(|ratio| ratio.is_finite() && *ratio > 0.0)
+                .collect();
+            let (least, most) = ratios
+                .iter()
+                .fold((f64::INFINITY, 0.0_f64), |(l, m), r| (l.min(*r), m.max(*r)));
+            if ratios.len() >= 2 && most <= least * LEVEL_AGREEMENT {
+                median(&ratios)
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
@@ -264,6 +330,23 @@ struct Pending {
     reduced: Vec<Reduced>,
 }
 
+impl Pending {
+    /// Multiplies every time of one run's pending instances by `factor`.
+    fn scale(&mut self, factor: f64) {
+        for (_, _, periods) in &mut self.events {
+            for p in periods {
+                *p = scaled(*p, factor);
+            }
+        }
+        for (_, latency) in &mut self.barriers {
+            *latency = scaled(*latency, factor);
+        }
+        for reduced in &mut self.reduced {
+            reduced.instance.scale(factor);
+        }
+    }
+}
+
 /// A first instance after a switch whose successor held a reduction (the last codelet of a
 /// round with blocks of one): kept once the reduction's cost is known, without it.
 struct Reduced {
@@ -275,9 +358,11 @@ struct Reduced {
 
 impl Model {
     /// The models of every key in `runs` (each run: the trace files of its ranks, any order).
+    /// Each run's instances of a key are classified apart, scaled to one level (`levels`) and
+    /// then pooled.
     pub fn build(runs: &[Vec<Trace>]) -> Result<Vec<Model>, String> {
-        let mut models: Vec<Model> = Vec::new();
-        let mut pending = Pending::default();
+        // Per key, in the order keys first appear: each run's part and what it left pending.
+        let mut parts: Vec<Vec<(Model, Pending)>> = Vec::new();
         for (number, run) in runs.iter().enumerate() {
             let ranks = run.first().map_or(0, |t| t.ranks as usize);
             let mut seen: Vec<bool> = vec![false; ranks];
@@ -315,29 +400,63 @@ impl Model {
                     .values()
                     .next()
                     .expect("the key has records");
-                let at = match models.iter().position(|m| m.key == key) {
-                    Some(at) => at,
-                    None => {
-                        let codelets = run[0].codelets_of(&first.op).ok_or_else(|| {
-                            format!("run {}: no codelets listed for {}", number + 1, first.op)
-                        })?;
-                        models.push(Model::empty(key, first, ranks, codelets));
-                        models.len() - 1
+                let codelets = run[0].codelets_of(&first.op).ok_or_else(|| {
+                    format!("run {}: no codelets listed for {}", number + 1, first.op)
+                })?;
+                let mut part = Model::empty(key, first, ranks, codelets);
+                let mut pending = Pending::default();
+                part.add(&key_run, &mut pending);
+                match parts.iter_mut().find(|p| p[0].0.key == key) {
+                    Some(p) if p[0].0.ranks != ranks => {
+                        return Err(format!("key {key:016x}: runs with different rank counts"));
                     }
-                };
-                let model = &mut models[at];
-                if model.ranks != ranks {
-                    return Err(format!("key {key:016x}: runs with different rank counts"));
+                    Some(p) => p.push((part, pending)),
+                    None => parts.push(vec![(part, pending)]),
                 }
-                model.runs += 1;
-                model.add(&key_run, &mut pending);
             }
         }
-        for model in &mut models {
-            model.finish(&pending);
-        }
+        let mut models: Vec<Model> = parts.into_iter().map(Model::pool).collect();
         models.retain(|m| !m.codelets.is_empty());
         Ok(models)
+    }
+
+    /// One key's model from its runs' parts: each scaled to the level of the run with the most
+    /// steady instances (`levels`), then pooled in run order.
+    fn pool(parts: Vec<(Model, Pending)>) -> Model {
+        let scales = levels(&parts.iter().map(|(m, _)| m).collect::<Vec<_>>());
+        let mut parts = parts.into_iter().zip(scales);
+        let ((mut model, mut pending), scale) = parts.next().expect("a key has a run");
+        model.scale(scale);
+        pending.scale(scale);
+        model.runs = 1;
+        for ((mut part, mut more), scale) in parts {
+            part.scale(scale);
+            more.scale(scale);
+            for (into, from) in model.codelets.iter_mut().zip(part.codelets) {
+                into.steady.extend(from.steady);
+                into.switches.extend(from.switches);
+                into.barriered.extend(from.barriered);
+                into.barriered_switches.extend(from.barriered_switches);
+            }
+            pending.events.extend(more.events);
+            pending.barriers.extend(more.barriers);
+            pending.reduced.extend(more.reduced);
+            model.runs += 1;
+        }
+        model.finish(&pending);
+        model
+    }
+
+    /// Multiplies every time of the part by `factor`.
+    fn scale(&mut self, factor: f64) {
+        for c in &mut self.codelets {
+            let instances = c.steady.iter_mut().chain(&mut c.barriered);
+            let switches = c.switches.iter_mut().flat_map(|(_, run)| run);
+            let barriered = c.barriered_switches.iter_mut().map(|(_, i)| i);
+            for i in instances.chain(switches).chain(barriered) {
+                i.scale(factor);
+            }
+        }
     }
 
     fn empty(key: u64, first: &Record, ranks: usize, codelets: &[crate::trace::Codelet]) -> Model {
@@ -1279,6 +1398,26 @@ mod tests {
         let ratio = ring.after_switch(0).unwrap();
         assert!((3.5..4.5).contains(&ratio), "{ratio}");
         assert_eq!(m.best().0, 2);
+    }
+
+    #[test]
+    fn runs_are_scaled_to_one_level_where_two_codelets_agree_on_it() {
+        let quiet = || trace(300, blocks, |c, _, k| [1000, 3000, 500][c] + noise(k));
+        let alone = &Model::build(&[quiet()]).unwrap()[0];
+        // A busier run, shorter, of native and linear only: both 1.5 times slower.
+        let busy = |k| ((k - 1) / 20 % 2) as usize;
+        let busier = trace(200, busy, |c, _, k| [1500, 4500, 750][c] + noise(k));
+        let m = &Model::build(&[quiet(), busier]).unwrap()[0];
+        assert_eq!(m.runs, 2);
+        for c in 0..3 {
+            let (pooled, level) = (m.cost(&m.codelets[c]), alone.cost(&alone.codelets[c]));
+            assert!((pooled / level - 1.0).abs() < 0.01, "{c}: {pooled} {level}");
+        }
+        // Where only linear ran in both, one codelet cannot tell a load from its own state.
+        let linear_only = trace(200, |_| 1, |c, _, k| [1500, 4500, 750][c] + noise(k));
+        let m = &Model::build(&[quiet(), linear_only]).unwrap()[0];
+        let linear = m.cost(&m.codelets[1]);
+        assert!(linear > 3000.0 * 1.2, "pooled unscaled: {linear}");
     }
 
     #[test]

@@ -205,8 +205,9 @@ fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
 /// 64 KiB, where the oracle comes from one run whose network was faster (rabenseifner 280 us
 /// instead of 830): every configuration of the grid replays at 1.18 to 1.34 there; the rig's
 /// 8-byte allreduce, searched locally (`auto_timing_times_short_calls_locally`), where
-/// recursive_doubling is 11 % faster than linear and 15 % than native in calls of 60 us, and
-/// the search keeps linear in most replays (1.136; 1.147 with barrier timing) (1.18).
+/// recursive_doubling is 5 % faster than linear and 12 % than native in calls of 60 us (its
+/// runs scaled to one level, `simulate::levels`; unscaled, 1.136), and the search keeps linear
+/// in most replays (1.067) (1.10).
 #[test]
 fn the_default_settings_stay_within_what_the_data_allows() {
     let models = models();
@@ -219,7 +220,7 @@ fn the_default_settings_stay_within_what_the_data_allows() {
         ("allreduce", 1 << 16, 2, 1.04),
         ("alltoall", 16, 2, 1.30),
         ("alltoall", 1 << 18, 4, 1.12),
-        ("allreduce", 8, 4, 1.18),
+        ("allreduce", 8, 4, 1.10),
     ];
     for (op, bytes, ranks, bound) in bounds {
         let m = find(&models, op, bytes, ranks);
@@ -343,7 +344,7 @@ fn auto_timing_times_short_calls_locally() {
     }
     let m = find(&models, "allreduce", 8, 4);
     let (auto, barrier) = (regret(m, &auto, 400), regret(m, &barrier, 400));
-    assert!(auto + 0.03 < barrier, "auto {auto}, barrier {barrier}");
+    assert!(auto + 0.02 < barrier, "auto {auto}, barrier {barrier}");
 }
 
 #[test]
