@@ -8,11 +8,11 @@ use std::sync::Arc;
 use commtune_tune::edges::{self, Message};
 
 use super::{
-    AgreedEpisode, Episodes, LISTS_TAG, PEERS_DIFFER, Phase, STEADY, USES, forced, set_outcome,
-    settle, state,
+    AgreedEpisode, Episodes, LISTS_TAG, MAX_LISTS, PEERS_DIFFER, Phase, STEADY, USES, forced,
+    set_outcome, settle, state,
 };
 use crate::codelets::halo::neighbor::{Expected, Schedule};
-use crate::mpi::{self, Comm, PointToPointKind};
+use crate::mpi::{self, Comm, PointToPointKind, Spread};
 
 /// The first instance no rank has begun: reduced from this rank's `closed` instances of an
 /// episode and whether it has an episode open (which may be one more).
@@ -23,42 +23,36 @@ pub(super) fn next_instance(closed: u64, episodes: Episodes) -> i64 {
 /// Every rank proposes its candidate; if all propose the same episode at the same instance, the
 /// graph is built and the episode switches.
 pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::MpiResult {
-    let (entry, identity, messages, list, closed) = {
+    let (entry, identity, messages, list, closed, uncounted) = {
         let c = state(bits);
-        // With its instances counted (not beyond MAX_LISTS).
-        let ready = c.as_ref().and_then(|c| {
+        let steady = c.as_ref().and_then(|c| {
             let k = c.candidates.get(&c.latest?)?;
-            let closed = *c.instances.get(&k.list)?;
-            (k.steady >= STEADY && (forced() || (episodes.settled)(k.entry))).then_some((k, closed))
+            (k.steady >= STEADY && (forced() || (episodes.settled)(k.entry))).then_some(k)
         });
-        match ready {
+        // With its instances counted (not beyond MAX_LISTS).
+        let counted = steady.and_then(|k| Some((k, *c.as_ref()?.instances.get(&k.list)?)));
+        match counted {
             Some((k, closed)) => (
                 Some(k.entry),
                 k.identity,
                 k.messages.clone(),
                 k.list,
                 closed,
+                false,
             ),
-            None => (None, 0, Vec::new(), 0, 0),
+            None => (None, 0, Vec::new(), 0, 0, steady.is_some()),
         }
     };
     let ready = i64::from(entry.is_some());
     let identity = (identity >> 2) as i64;
     let next = entry.map_or(0, |_| next_instance(closed, episodes));
-    let [identity, closed_everywhere, ready, next] =
-        private.min_max_i64([identity, closed as i64, ready, next])?;
+    let [identity, closed_everywhere, ready, next, uncounted] =
+        private.min_max_i64([identity, closed as i64, ready, next, i64::from(uncounted)])?;
     // The first instance no rank has begun.
     let next = next.max;
     let agreed = ready.min == 1 && identity.same_everywhere();
     let Some(entry) = entry.filter(|_| agreed && closed_everywhere.same_everywhere()) else {
-        let why = match (ready.max, ready.min) {
-            (0, _) => "no rank had a repeating episode ready",
-            (_, 0) => {
-                "not every rank had this episode ready (each must have run it twice in a row with no other MPI call between its posts, and under tuning decided its own codelet)"
-            }
-            _ if agreed => "the ranks were at different instances of the episode",
-            _ => "the ranks were at different episodes",
-        };
+        let why = why_not_agreed(ready, uncounted, agreed);
         set_outcome(
             bits,
             format!("at collective call {}: {why}", collective_number(bits)),
@@ -214,4 +208,46 @@ fn all_ok<T>(
         Ok(_) if failed[0] != 0 => Err(elsewhere.into()),
         other => other,
     })
+}
+
+/// Why an agreement point agreed on nothing, from the reduced proposals: whether each rank had
+/// an episode `ready`, had one whose message list it did not count (`uncounted`), and whether
+/// every ready rank proposed the same episode (`same_episode`).
+fn why_not_agreed(ready: Spread, uncounted: Spread, same_episode: bool) -> String {
+    let why = match (ready.max, ready.min) {
+        _ if uncounted.max == 1 => {
+            return format!(
+                "a rank counts the instances of {MAX_LISTS} message lists per communicator at \
+                 most, and its episode's came later"
+            );
+        }
+        (0, _) => "no rank had a repeating episode ready",
+        (_, 0) => {
+            "not every rank had this episode ready (each must have run it twice in a row with no other MPI call between its posts, and under tuning decided its own codelet)"
+        }
+        _ if same_episode => "the ranks were at different instances of the episode",
+        _ => "the ranks were at different episodes",
+    };
+    why.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(min: i64, max: i64) -> Spread {
+        Spread { min, max }
+    }
+
+    #[test]
+    fn a_rank_that_stopped_counting_lists_says_so_first() {
+        let none = spread(0, 0);
+        let why = why_not_agreed(spread(0, 1), spread(0, 1), false);
+        assert!(why.contains("4096 message lists"), "{why}");
+        assert!(why_not_agreed(none, none, false).contains("no rank had"));
+        assert!(why_not_agreed(spread(0, 1), none, false).contains("not every rank"));
+        let (ready, different) = (spread(1, 1), "different instances");
+        assert!(why_not_agreed(ready, none, true).contains(different));
+        assert!(why_not_agreed(ready, none, false).contains("different episodes"));
+    }
 }
