@@ -146,7 +146,9 @@ fn traced_settings(t: &Trace) -> Settings {
 /// search's schedule, its reductions and what switches cost add up as they did. Where the
 /// machine disturbed a run more or less than the key's runs on average the replay differs by
 /// that (the model pools disturbances, and leaves stalls out): up to half on shared memory,
-/// where one run had 24 ms of stalls in 81 ms. On the rig at 1 MiB, what the model is for (a
+/// where one run had 24 ms of stalls in 81 ms. A run at another level than the key's run with
+/// the most steady instances is replayed at that run's level (`simulate::levels`): the rig's
+/// 8-byte barrier-of-one run, 1.4 times slower, replays 29 % short. On the rig at 1 MiB, what the model is for (a
 /// network where switches cost), it is within 2 % (LD_PRELOAD.md, "The simulator").
 #[test]
 fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
