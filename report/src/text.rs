@@ -70,10 +70,13 @@ pub fn summary(report: &Report, top: usize) -> String {
         );
     }
     tuning(&mut out, report, top);
-    for site in report.sites.iter().take(top) {
-        for note in &site.notes {
-            let _ = writeln!(out, "  note: {}: {note}", site.location);
-        }
+    let notes = report
+        .sites
+        .iter()
+        .take(top)
+        .flat_map(|site| site.notes.iter().map(|note| (&site.location, note)));
+    for ((location, note), n) in counted(notes) {
+        let _ = writeln!(out, "  note: {location}{}: {note}", sites(n));
     }
     if report.sites.len() > top {
         let _ = writeln!(
@@ -101,7 +104,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         "  tuning: {:<10} {:<18} {:>8} {:>22}  location / estimates or reason",
         "phase", "winner", "searched", "saved in this run"
     );
-    for &(site, t) in &tuned {
+    let lines = tuned.iter().map(|&(site, t)| {
         let mut detail = match &t.reason {
             Some(reason) => reason.clone(),
             None => t
@@ -131,15 +134,17 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
             }
             detail.push_str(&p.describe());
         }
-        let _ = writeln!(
-            out,
-            "          {:<10} {:<18} {:>8} {:>22}  {}: {detail}",
+        let columns = format!(
+            "{:<10} {:<18} {:>8} {:>22}",
             t.phase,
             t.winner.as_deref().unwrap_or("-"),
             t.search_instances,
             saved(t),
-            site.location
         );
+        (columns, &site.location, detail)
+    });
+    for ((columns, location, detail), n) in counted(lines) {
+        let _ = writeln!(out, "          {columns}  {location}{}: {detail}", sites(n));
     }
     let predicted: Vec<_> = tuned
         .iter()
@@ -157,6 +162,29 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
             count("dismissed"),
             predicted.iter().map(|p| p.saved_instances).sum::<u64>()
         );
+    }
+}
+
+/// Each distinct item once, in the order first seen, with how many times it came: a line of
+/// source whose calls vary in size is many sites (one per size or signature), which the tuner
+/// often treats alike, and a summary that listed each would repeat one line many times.
+fn counted<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<(T, usize)> {
+    let mut distinct: Vec<(T, usize)> = Vec::new();
+    for item in items {
+        match distinct.iter_mut().find(|(seen, _)| *seen == item) {
+            Some((_, n)) => *n += 1,
+            None => distinct.push((item, 1)),
+        }
+    }
+    distinct
+}
+
+/// How many sites a summary line stands for, where more than one.
+fn sites(n: usize) -> String {
+    if n > 1 {
+        format!(" ({n} sites)")
+    } else {
+        String::new()
     }
 }
 
@@ -326,6 +354,30 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn sites_alike_at_one_line_are_summarised_once() {
+        let mut report = version_1();
+        let mut site = report.sites[0].clone();
+        site.notes = vec!["one message: not tuned".into()];
+        let tuning = site.tuning.as_mut().unwrap();
+        tuning.reason = Some("not tuned".into());
+        let mut other = site.clone();
+        other.location = "elsewhere.c:7".into();
+        report.sites = vec![site.clone(), site.clone(), other, site];
+        let text = summary(&report, 10);
+        let lines = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+        let here = &report.sites[0].location;
+        assert_eq!(lines(&format!("{here} (3 sites): not tuned")), 1, "{text}");
+        assert_eq!(
+            lines(&format!("note: {here} (3 sites): one message")),
+            1,
+            "{text}"
+        );
+        assert_eq!(lines("elsewhere.c:7: not tuned"), 1, "{text}");
+        assert_eq!(lines("note: elsewhere.c:7: one message"), 1, "{text}");
+        assert_eq!(lines("one message"), 2, "{text}");
     }
 
     #[test]
