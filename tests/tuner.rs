@@ -506,7 +506,8 @@ fn a_winner_that_stalls_hands_over_to_the_lead_mpich() {
 }
 
 /// Rank 0 comes 20 ms late to every call, so every codelet's production calls take 20 ms beyond
-/// its search samples (timed after a barrier): ring (5 ms) realises 25 in its self-check,
+/// its search samples (timed after a barrier) on the ranks that wait for it: ring (5 ms)
+/// realises 25 in its self-check (5 on rank 0, the report's least rank),
 /// recursive_doubling (14) 34 in its trial, and the decision is kept. The lead check that
 /// follows (call 151 with these knobs) holds linear's estimate (17 ms) shifted by ring's miss:
 /// unshifted, every window of ring would find linear clearly ahead, and production would hand
@@ -542,6 +543,15 @@ fn skewed_windows_follow_no_estimate(flavour: Flavour) {
     assert!(
         check["runner_up_realised_us"].as_f64().is_some(),
         "ring missed, recursive_doubling was tried: {t:#}"
+    );
+    // Rank 0, which arrives last, waits for no one: its realised time leaves the skew out.
+    let (realised, least) = (
+        check["realised_us"].as_f64().unwrap(),
+        check["least_rank_us"].as_f64().unwrap(),
+    );
+    assert!(
+        least > 0.0 && least + 10_000.0 < realised,
+        "the least rank's time without the 20 ms skew: {t:#}"
     );
     // The baseline's check, then a lead check (a check whose median held): unshifted, its
     // strike would bring the next one 32 calls on, and that one's would hand over.

@@ -42,11 +42,13 @@ pub use text::summary;
 ///   (`tuning.prediction.trial.winner_after_us`).
 /// - 10: how a key's searches timed their samples (`tuning.search_timing`), and what one of
 ///   the tuner's own collectives took in calls of the key (`tuning.collective_over_call`).
+/// - 11: the self-check's realised time of the rank that waited least
+///   (`tuning.check.least_rank_us`).
 ///
 /// The JSON Schema `SCHEMA` (report/report.schema.json) describes every version: it is tested
 /// against reports of each (report/tests/schema.rs), where a report with every field present
 /// fails when a field is added here and not there.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 
 /// The JSON Schema of the report, every version (report/report.schema.json).
 pub const SCHEMA: &str = include_str!("../report.schema.json");
@@ -330,6 +332,13 @@ pub struct SelfCheck {
     /// only if it beats the winner's `realised_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_up_realised_us: Option<f64>,
+    /// (Version 11) The winner's realised time per call on the rank where it was least:
+    /// `realised_us` is the slowest rank's, which includes waiting in the call for ranks that
+    /// arrive later (the application's imbalance, which samples after a barrier leave out);
+    /// the rank that waits least, the one that usually arrives last, is close to what the
+    /// collective itself takes. Collective decisions only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub least_rank_us: Option<f64>,
     /// How the search timed its samples (local, barrier, period).
     pub timing: String,
     /// kept (the decision stands), reopened (searched again with the other timing) or

@@ -119,9 +119,13 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
                 (Some(name), Some(us)) => format!(", {name} {} in a trial", micros(us)),
                 _ => String::new(),
             };
+            let least = c
+                .least_rank_us
+                .map(|us| format!(" (least rank {})", micros(us)))
+                .unwrap_or_default();
             let _ = write!(
                 detail,
-                "; predicted {} realised {}{trial} ({}, {})",
+                "; predicted {} realised {}{least}{trial} ({}, {})",
                 micros(c.predicted_us),
                 micros(c.realised_us),
                 c.timing,
@@ -344,13 +348,15 @@ mod tests {
             runner_up: Some("native".into()),
             runner_up_us: Some(75.8),
             runner_up_realised_us: Some(241.1),
+            least_rank_us: Some(61.0),
             timing: "barrier".into(),
             verdict: "kept".into(),
         });
         let text = summary(&report, 10);
         assert!(
             text.contains(
-                "predicted 60.1 us realised 242.5 us, native 241.1 us in a trial (barrier, kept)"
+                "predicted 60.1 us realised 242.5 us (least rank 61.0 us), native 241.1 us in a \
+                 trial (barrier, kept)"
             ),
             "{text}"
         );

@@ -7,7 +7,8 @@
 //! version 8 a run whose savings were measured against native's production calls; version 9
 //! tests/predict.rs's winner slow only before its trial, kept after its window after the trial;
 //! version 10 tests/programs/tuned_loop.c tuned with the defaults, 3000 iterations on 2 ranks of
-//! shared memory, two keys searched with local timing under COMMTUNE_TIMING=auto)
+//! shared memory, two keys searched with local timing under COMMTUNE_TIMING=auto; version 11 the
+//! same, each self-check with its least rank's realised time)
 //! and one made with every optional field present, so that a field added to the model and not to
 //! the schema fails here (every object of the schema is closed).
 
@@ -88,6 +89,7 @@ fn full() -> Report {
             runner_up: Some("native".into()),
             runner_up_us: Some(10.0),
             runner_up_realised_us: Some(12.0),
+            least_rank_us: Some(5.1),
             timing: "local".into(),
             verdict: "kept".into(),
         }),

@@ -188,9 +188,24 @@ pub fn drift(comm: &Comm, ratio: f64) -> MpiResult<f64> {
     Ok(values[0] / f64::from(comm.size.max(1)))
 }
 
-/// A decision's realised time per call, reduced as search estimates are (maximum over ranks).
-pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<f64> {
-    let mut values = [ticks];
-    comm.allreduce_max_f64(&mut values)?;
-    Ok(values[0])
+/// A decision's realised time per call over ranks.
+#[derive(Clone, Copy, Debug)]
+pub struct Realised {
+    /// The slowest rank's, as search estimates are reduced: what every decision compares.
+    pub slowest: f64,
+    /// The least rank's, for the report: a rank's time in a call includes its wait for ranks
+    /// that arrive later, which the rank that waits least (usually the last to arrive) has the
+    /// least of.
+    pub least: f64,
+}
+
+/// A decision's realised time per call on each rank (`ticks`, never negative) reduced over ranks.
+pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<Realised> {
+    // A non-negative time's bits order as the time does.
+    let [spread] = comm.min_max_i64([ticks.max(0.0).to_bits() as i64])?;
+    let value = |bits: i64| f64::from_bits(bits as u64);
+    Ok(Realised {
+        slowest: value(spread.max),
+        least: value(spread.min),
+    })
 }

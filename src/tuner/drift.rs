@@ -41,7 +41,7 @@ pub(super) fn drift_check<C: Operation>(
         let realised = check::realised(trial.timing(), p.window_start, &p.window, clock::now());
         return match trial.of {
             Trialled::Decision(predicted) => {
-                let realised = consensus::realised(&comm.private?, realised).ok()?;
+                let realised = consensus::realised(&comm.private?, realised).ok()?.slowest;
                 trial_check(at, comm, key, trial, predicted, realised)
             }
             Trialled::Prediction {
@@ -71,7 +71,8 @@ pub(super) fn drift_check<C: Operation>(
         && let Some(predicted) = p.predicted
     {
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
-        let realised = consensus::realised(&comm.private?, realised).ok()?;
+        let agreed = consensus::realised(&comm.private?, realised).ok()?;
+        let realised = agreed.slowest;
         // A calibration (`commtune calibrate`) records what its search measured, timed as it
         // was asked to: its self-check measures production for the entry but never tries
         // another codelet nor searches again (with another timing, which it would discard).
@@ -93,12 +94,14 @@ pub(super) fn drift_check<C: Operation>(
                 let trial = Trial {
                     codelet: runner_up,
                     winner_realised: realised,
+                    winner_least: Some(agreed.least),
                     of: Trialled::Decision(predicted),
                 };
                 start_trial(at, key, trial);
                 return None;
             }
             Judgement::Verdict(verdict) => {
+                let realised = (realised, Some(agreed.least));
                 if let Some(step) = judged(at, comm, key, predicted, realised, None, verdict) {
                     return Some(step);
                 }
@@ -177,7 +180,9 @@ fn search_again<C: Operation>(
 /// tests/calibrate.rs a 100-call run ended with its prediction still verifying. It saved about
 /// 50 us of an 8-byte second run on the 1 Gbit/s rig, within that benchmark's noise.
 fn agreed_us(comm: &CommTunerState, ticks: f64) -> Option<f64> {
-    consensus::realised(&comm.private?, ticks * clock::ns_per_tick() * 1e-3).ok()
+    consensus::realised(&comm.private?, ticks * clock::ns_per_tick() * 1e-3)
+        .ok()
+        .map(|r| r.slowest)
 }
 
 /// The safety net of a key that started from the history's prediction: its winner's measured
@@ -213,6 +218,7 @@ fn safety_net<C: Operation>(
         let trial = Trial {
             codelet,
             winner_realised: measured_us,
+            winner_least: None,
             of: Trialled::Prediction {
                 timing: key.timing(),
                 predicted_us,
@@ -339,7 +345,7 @@ fn lead_check<C: Operation>(
     if p.lead.is_alone() {
         return Some(false);
     }
-    let realised = consensus::realised(&comm.private?, window).ok()?;
+    let realised = consensus::realised(&comm.private?, window).ok()?.slowest;
     if realised <= 0.0 {
         return Some(false);
     }
@@ -486,14 +492,15 @@ fn trial_check<C: Operation>(
         comm,
         key,
         predicted,
-        trial.winner_realised,
+        (trial.winner_realised, trial.winner_least),
         Some(realised),
         verdict,
     )
 }
 
 /// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
-/// ticks per call; the runner-up `runner_up_realised` if it was on trial), and reports it: a
+/// ticks per call, with the least rank's for the report; the runner-up `runner_up_realised` if
+/// it was on trial), and reports it: a
 /// kept decision is what the history and the rest of the run learn; a wrong one reopens the
 /// search (returns its step) or settles on the runner-up that beat it, which they learn
 /// instead, with the two codelets' realised times. Either way the lead checks to come hold
@@ -504,19 +511,16 @@ fn judged<C: Operation>(
     comm: &mut CommTunerState,
     key: &mut TunerState,
     predicted: Prediction,
-    realised: f64,
+    (realised, least): (f64, Option<f64>),
     runner_up_realised: Option<f64>,
     verdict: Verdict,
 ) -> Option<Step> {
     let settings = runtime::config().tuning;
     let names = codelets::names(at.entry.op);
-    key.check = Some(predicted.report(
-        realised,
-        runner_up_realised,
-        verdict,
-        &names,
-        clock::ns_per_tick(),
-    ));
+    let ns_per_tick = clock::ns_per_tick();
+    let mut check = predicted.report(realised, runner_up_realised, verdict, &names, ns_per_tick);
+    check.least_rank_us = least.map(|ticks| ticks * ns_per_tick * 1e-3);
+    key.check = Some(check);
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };

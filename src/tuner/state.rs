@@ -594,6 +594,9 @@ pub struct Trial {
     /// unit), microseconds after a history prediction (its predicted time's, which every rank
     /// shares while clock ticks differ a little between ranks).
     pub winner_realised: f64,
+    /// The least rank's realised time of the winner (clock ticks), where a search's self-check
+    /// measured it: for the report (`SelfCheck::least_rank_us`).
+    pub winner_least: Option<f64>,
     pub of: Trialled,
 }
 

@@ -464,6 +464,7 @@ impl Prediction {
             runner_up: self.runner_up.map(|(i, _)| names[i].to_string()),
             runner_up_us: self.runner_up.map(|(_, r)| us(r)),
             runner_up_realised_us: runner_up_realised.map(us),
+            least_rank_us: None,
             timing: self.timing.name().to_string(),
             verdict: verdict.name().to_string(),
         }
