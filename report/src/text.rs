@@ -104,7 +104,7 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
         "  tuning: {:<10} {:<18} {:>8} {:>22}  location / estimates or reason",
         "phase", "winner", "searched", "saved in this run"
     );
-    let lines = tuned.iter().map(|&(site, t)| {
+    let lines = tuned.iter().enumerate().map(|(i, &(site, t))| {
         let mut detail = match &t.reason {
             Some(reason) => reason.clone(),
             None => t
@@ -145,9 +145,11 @@ fn tuning(out: &mut String, report: &Report, top: usize) {
             t.search_instances,
             saved(t),
         );
-        (columns, &site.location, detail)
+        // A site's saving is its own: sites that saved are never summarised as one.
+        let own = t.saving.is_some().then_some(i);
+        (columns, &site.location, detail, own)
     });
-    for ((columns, location, detail), n) in counted(lines) {
+    for ((columns, location, detail, _), n) in counted(lines) {
         let _ = writeln!(out, "          {columns}  {location}{}: {detail}", sites(n));
     }
     let predicted: Vec<_> = tuned
@@ -186,7 +188,7 @@ fn counted<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<(T, usize)> {
 /// How many sites a summary line stands for, where more than one.
 fn sites(n: usize) -> String {
     if n > 1 {
-        format!(" ({n} sites)")
+        format!(", {n} sites")
     } else {
         String::new()
     }
@@ -375,15 +377,31 @@ mod tests {
         let text = summary(&report, 10);
         let lines = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
         let here = &report.sites[0].location;
-        assert_eq!(lines(&format!("{here} (3 sites): not tuned")), 1, "{text}");
+        assert_eq!(lines(&format!("{here}, 3 sites: not tuned")), 1, "{text}");
         assert_eq!(
-            lines(&format!("note: {here} (3 sites): one message")),
+            lines(&format!("note: {here}, 3 sites: one message")),
             1,
             "{text}"
         );
         assert_eq!(lines("elsewhere.c:7: not tuned"), 1, "{text}");
         assert_eq!(lines("note: elsewhere.c:7: one message"), 1, "{text}");
         assert_eq!(lines("one message"), 2, "{text}");
+        // Sites that saved time each keep their line: their savings add up.
+        for site in &mut report.sites {
+            site.tuning.as_mut().unwrap().saving = Some(Saving {
+                replaced: "native".into(),
+                replaced_us: 10.0,
+                replaced_in: Baseline::Search,
+                winner_us: 5.0,
+                calls: 100,
+                saved_s: 0.002,
+                low_s: 0.001,
+                high_s: 0.003,
+            });
+        }
+        let text = summary(&report, 10);
+        let saved = text.lines().filter(|l| l.contains("2.00 ms \u{b1}1.00 ms"));
+        assert_eq!(saved.count(), 4, "{text}");
     }
 
     #[test]

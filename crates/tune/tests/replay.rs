@@ -148,7 +148,7 @@ fn traced_settings(t: &Trace) -> Settings {
 /// that (the model pools disturbances, and leaves stalls out): up to half on shared memory,
 /// where one run had 24 ms of stalls in 81 ms. A run at another level than the key's run with
 /// the most steady instances is replayed at that run's level (`simulate::levels`): the rig's
-/// 8-byte barrier-of-one run, 1.4 times slower, replays 29 % short. On the rig at 1 MiB, what the model is for (a
+/// 8-byte barrier runs, 1.2 to 1.5 times slower, replay short. On the rig at 1 MiB, what the model is for (a
 /// network where switches cost), it is within 2 % (LD_PRELOAD.md, "The simulator").
 #[test]
 fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
@@ -206,10 +206,10 @@ fn a_traced_run_replayed_under_its_own_settings_takes_its_time() {
 /// shows it in about half of the runs (1.05); and the rig at
 /// 64 KiB, where the oracle comes from one run whose network was faster (rabenseifner 280 us
 /// instead of 830): every configuration of the grid replays at 1.18 to 1.34 there; the rig's
-/// 8-byte allreduce, searched locally (`auto_timing_times_short_calls_locally`), where
-/// recursive_doubling is 5 % faster than linear and 12 % than native in calls of 60 us (its
-/// runs scaled to one level, `simulate::levels`; unscaled, 1.136), and the search keeps linear
-/// in most replays (1.067) (1.10).
+/// 8-byte allreduce, searched locally (`auto_timing_times_short_calls_locally`), where linear
+/// is 2 % faster than recursive_doubling and 11 % than native in calls of 57 us (its runs
+/// scaled to one level, `simulate::levels`; unscaled, recursive_doubling looked the best and
+/// the regret was 1.136), and the search keeps linear in most replays (1.021) (1.05).
 #[test]
 fn the_default_settings_stay_within_what_the_data_allows() {
     let models = models();
@@ -222,7 +222,7 @@ fn the_default_settings_stay_within_what_the_data_allows() {
         ("allreduce", 1 << 16, 2, 1.04),
         ("alltoall", 16, 2, 1.30),
         ("alltoall", 1 << 18, 4, 1.12),
-        ("allreduce", 8, 4, 1.10),
+        ("allreduce", 8, 4, 1.05),
     ];
     for (op, bytes, ranks, bound) in bounds {
         let m = find(&models, op, bytes, ranks);
@@ -317,9 +317,9 @@ fn a_long_search_costs_more_than_it_finds() {
     }
 }
 
-/// On the rig at 8 bytes a barrier takes 0.77 of native's call: a barrier before each sample
-/// costs as much as the sample, and COMMTUNE_TIMING=auto searches locally
-/// (`settings::LOCAL_TIMING_FROM`). Elsewhere in tests/data a barrier takes 0.17 of a call
+/// On the rig at 8 bytes a barrier takes 0.58 of native's call (its runs scaled to one level;
+/// 0.77 unscaled): a barrier before each sample costs more than half the sample, and
+/// COMMTUNE_TIMING=auto searches locally (`settings::LOCAL_TIMING_FROM`). Elsewhere in tests/data a barrier takes 0.17 of a call
 /// (shared memory's 16-byte alltoall) or less, and auto is barrier timing.
 #[test]
 fn auto_timing_times_short_calls_locally() {
@@ -346,7 +346,7 @@ fn auto_timing_times_short_calls_locally() {
     }
     let m = find(&models, "allreduce", 8, 4);
     let (auto, barrier) = (regret(m, &auto, 400), regret(m, &barrier, 400));
-    assert!(auto + 0.02 < barrier, "auto {auto}, barrier {barrier}");
+    assert!(auto + 0.03 < barrier, "auto {auto}, barrier {barrier}");
 }
 
 #[test]
