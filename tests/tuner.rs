@@ -632,6 +632,42 @@ fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     );
 }
 
+/// As `self_check_reopens_a_wrong_decision_with_the_other_timing`, but every rank works 100 ms
+/// between iterations, so that the allreduce (15 ms in the runner-up's trial) is about a tenth
+/// of its period: a search timed by periods could not tell codelets apart there, and the
+/// runner-up that beat ring in production replaces it, with no second search.
+fn a_call_small_beside_its_period_keeps_the_runner_up(flavour: Flavour, np: usize) {
+    let delays = reopening_delays("5ms", "15ms", "40ms");
+    let dir = scratch(&format!("tuner_small_call_{}", flavour.name()));
+    let exe = compile(flavour, "tuned_loop.c", &dir);
+    let job = run(flavour, np, &exe, &dir)
+        .args(&["70", "8", "100000"])
+        .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BUDGET", NO_LIMIT)
+        .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
+        .env("COMMTUNE_SEARCH", "brute")
+        .env("COMMTUNE_SAMPLES", "2")
+        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
+        .go();
+    job.assert_success();
+    assert!(job.stdout().contains("tuned_loop: results correct"));
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    assert_eq!(t["searches"], 1, "no search timed by periods: {t:#}");
+    assert_eq!(t["check"]["verdict"], "runner_up", "{t:#}");
+    assert_ne!(t["winner"], "ring", "{t:#}");
+}
+
+#[test]
+fn a_call_small_beside_its_period_keeps_the_runner_up_openmpi() {
+    a_call_small_beside_its_period_keeps_the_runner_up(OpenMpi, 2);
+}
+
+#[test]
+fn a_call_small_beside_its_period_keeps_the_runner_up_mpich() {
+    a_call_small_beside_its_period_keeps_the_runner_up(Mpich, 2);
+}
+
 /// ring wins the search and misses its prediction in production; the runner-up, tried for a
 /// window, takes what its samples took: it replaces ring, with no second search. (40 ms, so
 /// that a loaded machine's few milliseconds stay inside the 25 % the runner-up may miss by.)

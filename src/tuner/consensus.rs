@@ -201,11 +201,21 @@ pub struct Realised {
 
 /// A decision's realised time per call on each rank (`ticks`, never negative) reduced over ranks.
 pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<Realised> {
-    // A non-negative time's bits order as the time does.
-    let [spread] = comm.min_max_i64([ticks.max(0.0).to_bits() as i64])?;
+    let [(slowest, least)] = max_min(comm, [ticks])?;
+    Ok(Realised { slowest, least })
+}
+
+/// A trial window's realised time per call on each rank (`ticks`), and the calls' share of the
+/// window's time there (`check::call_share`) reduced to its least over ranks.
+pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(Realised, f64)> {
+    let [(slowest, least), (_, share)] = max_min(comm, [ticks, call_share])?;
+    Ok((Realised { slowest, least }, share))
+}
+
+/// Non-negative values reduced to their maximum and minimum over ranks.
+fn max_min<const N: usize>(comm: &Comm, values: [f64; N]) -> MpiResult<[(f64, f64); N]> {
+    // A non-negative number's bits order as the number does.
+    let spreads = comm.min_max_i64(values.map(|v| v.max(0.0).to_bits() as i64))?;
     let value = |bits: i64| f64::from_bits(bits as u64);
-    Ok(Realised {
-        slowest: value(spread.max),
-        least: value(spread.min),
-    })
+    Ok(spreads.map(|s| (value(s.max), value(s.min))))
 }

@@ -38,11 +38,13 @@ pub(super) fn drift_check<C: Operation>(
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
     if let Some(trial) = p.trial {
-        let realised = check::realised(trial.timing(), p.window_start, &p.window, clock::now());
+        let now = clock::now();
+        let realised = check::realised(trial.timing(), p.window_start, &p.window, now);
         return match trial.of {
             Trialled::Decision(predicted) => {
-                let realised = consensus::realised(&comm.private?, realised).ok()?.slowest;
-                trial_check(at, comm, key, trial, predicted, realised)
+                let share = check::call_share(p.window_start, &p.window, now);
+                let (realised, share) = consensus::trial(&comm.private?, realised, share).ok()?;
+                trial_check(at, comm, key, trial, predicted, realised.slowest, share)
             }
             Trialled::Prediction {
                 predicted_us,
@@ -438,9 +440,9 @@ fn end_trial<C: Operation>(at: &SlowCall<C>, p: &mut Production) {
         .run(p.winner, at.k + runtime::config().tuning.drift_interval);
 }
 
-/// Judges the decision after its runner-up's trial realised `realised` (agreed ticks per call);
-/// production goes back to the winner unless the decision was wrong. Returns the search step
-/// when the search reopens.
+/// Judges the decision after its runner-up's trial realised `realised` (agreed ticks per call,
+/// the calls `call_share` of the window's time where least); production goes back to the winner
+/// unless the decision was wrong. Returns the search step when the search reopens.
 fn trial_check<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
@@ -448,6 +450,7 @@ fn trial_check<C: Operation>(
     trial: Trial,
     predicted: Prediction,
     realised: f64,
+    call_share: f64,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
@@ -460,6 +463,7 @@ fn trial_check<C: Operation>(
         realised,
         runtime::config().tuning.min_gain,
         key.wrong,
+        call_share,
     );
     let names = codelets::names(at.entry.op);
     let ns_per_tick = clock::ns_per_tick();

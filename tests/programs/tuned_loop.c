@@ -1,15 +1,20 @@
 /* An iterative program for the tuner: every iteration makes one MPI_Allreduce, one MPI_Alltoall
  * and one MPI_Allgatherv (each from its own line) and checks the results.
- * usage: tuned_loop [iterations (default 300)] [doubles per allreduce (default 8)] */
+ * usage: tuned_loop [iterations (default 300)] [doubles per allreduce (default 8)]
+ *                   [work: microseconds every rank sleeps per iteration, as an application
+ *                   computes between its calls (default 0)] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int iterations = argc > 1 ? atoi(argv[1]) : 300;
     int n = argc > 2 ? atoi(argv[2]) : 8;
+    long work_us = argc > 3 ? atol(argv[3]) : 0;
+    struct timespec work = {work_us / 1000000, work_us % 1000000 * 1000};
     int rank, size, failures = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -23,6 +28,7 @@ int main(int argc, char **argv)
     }
     int *mine = malloc((2 + rank) * sizeof(int)), *all = malloc(total * sizeof(int));
     for (int it = 0; it < iterations; it++) {
+        if (work_us > 0) nanosleep(&work, NULL);
         for (int i = 0; i < n; i++) in[i] = rank + i + it;
         MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); /* SITE:allreduce */
         for (int i = 0; i < n; i++)

@@ -1060,8 +1060,14 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             // As src/tuner/drift.rs `drift_check`.
             let verdict = match p.trial.take() {
                 Some((_, winner_realised)) => {
-                    match predicted.after_trial(winner_realised, realised, settings.min_gain, wrong)
-                    {
+                    let share = call_share(p, &entry);
+                    match predicted.after_trial(
+                        winner_realised,
+                        realised,
+                        settings.min_gain,
+                        wrong,
+                        share,
+                    ) {
                         AfterTrial::Trial(codelet, next) => {
                             p.predicted = Some(next);
                             p.trial = Some((codelet, winner_realised));
@@ -1250,6 +1256,16 @@ fn realised(p: &Production, timing: Timing, now: &[u64]) -> f64 {
         .zip(now)
         .map(|((start, durations), &now)| check::realised(timing, *start, durations, now))
         .fold(0.0, f64::max)
+}
+
+/// The calls' share of the self-check's window on the rank where it was least (as the library
+/// agrees it, src/tuner/consensus.rs `trial`).
+fn call_share(p: &Production, now: &[u64]) -> f64 {
+    p.window
+        .iter()
+        .zip(now)
+        .map(|((start, durations), &now)| check::call_share(*start, durations, now))
+        .fold(1.0, f64::min)
 }
 
 /// Groups trace files into runs by name: `PREFIX.RANK.tsv` files with one prefix are one run's.
