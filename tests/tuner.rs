@@ -19,18 +19,13 @@ fn tuning(site: &Value) -> &Value {
     &site["tuning"]
 }
 
-/// Runs tuned_loop under `flavour` with `env`; checks correct results.
-fn tuned_loop(
-    flavour: Flavour,
-    np: usize,
-    name: &str,
-    iterations: &str,
-    env: &[(&str, &str)],
-) -> Job {
+/// Runs tuned_loop under `flavour` with `args` (space-separated: iterations, then any of
+/// tuned_loop.c's other arguments) and `env`; checks correct results.
+fn tuned_loop(flavour: Flavour, np: usize, name: &str, args: &str, env: &[(&str, &str)]) -> Job {
     let dir = scratch(&format!("tuner_{name}_{}", flavour.name()));
     let exe = compile(flavour, "tuned_loop.c", &dir);
     let mut job = run(flavour, np, &exe, &dir)
-        .args(&[iterations])
+        .args(&args.split_whitespace().collect::<Vec<_>>())
         .env("COMMTUNE_MODE", "tune");
     if !env.iter().any(|(k, _)| *k == "COMMTUNE_BUDGET") {
         job = job.env("COMMTUNE_BUDGET", NO_LIMIT);
@@ -581,14 +576,14 @@ fn self_checked_loop(
     flavour: Flavour,
     np: usize,
     name: &str,
-    iterations: &str,
+    args: &str,
     delays: &[String],
 ) -> Job {
     tuned_loop(
         flavour,
         np,
         name,
-        iterations,
+        args,
         &[
             ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
             ("COMMTUNE_SEARCH", "brute"),
@@ -638,19 +633,7 @@ fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
 /// runner-up that beat ring in production replaces it, with no second search.
 fn a_call_small_beside_its_period_keeps_the_runner_up(flavour: Flavour, np: usize) {
     let delays = reopening_delays("5ms", "15ms", "40ms");
-    let dir = scratch(&format!("tuner_small_call_{}", flavour.name()));
-    let exe = compile(flavour, "tuned_loop.c", &dir);
-    let job = run(flavour, np, &exe, &dir)
-        .args(&["70", "8", "100000"])
-        .env("COMMTUNE_MODE", "tune")
-        .env("COMMTUNE_BUDGET", NO_LIMIT)
-        .env("COMMTUNE_FORCE", "alltoall=native,allgatherv=native")
-        .env("COMMTUNE_SEARCH", "brute")
-        .env("COMMTUNE_SAMPLES", "2")
-        .env("COMMTUNE_INJECT_DELAY", &delays.join(","))
-        .go();
-    job.assert_success();
-    assert!(job.stdout().contains("tuned_loop: results correct"));
+    let job = self_checked_loop(flavour, np, "small_call", "70 8 100000", &delays);
     let report = job.report();
     let t = tuning(loop_site(&report, "SITE:allreduce"));
     assert_eq!(t["searches"], 1, "no search timed by periods: {t:#}");

@@ -334,9 +334,10 @@ pub struct SelfCheck {
     pub runner_up_realised_us: Option<f64>,
     /// (Version 11) The winner's realised time per call on the rank where it was least:
     /// `realised_us` is the slowest rank's, which includes waiting in the call for ranks that
-    /// arrive later (the application's imbalance, which samples after a barrier leave out);
-    /// the rank that waits least, the one that usually arrives last, is close to what the
-    /// collective itself takes. Collective decisions only.
+    /// arrive later (the application's imbalance, which samples after a barrier leave out),
+    /// and the rank that waits least, the one that usually arrives last, has the least of it: a
+    /// rough indicator of what the collective itself takes. Collective decisions searched with
+    /// `local` or `barrier` timing only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub least_rank_us: Option<f64>,
     /// How the search timed its samples (local, barrier, period).

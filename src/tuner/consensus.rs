@@ -93,7 +93,7 @@ pub struct StartedCheckpoint(StartedMinMax<9>);
 pub fn start_checkpoint(comm: &Comm, vote: &Vote) -> MpiResult<StartedCheckpoint> {
     // Hashes are cut to 62 bits so that negating them (to get the minimum from MPI_MAX) cannot
     // overflow; 0 is "no proposal". A time's bits (never negative) order as the time does.
-    let bits = |x: f64| x.max(0.0).to_bits() as i64;
+    let bits = order_bits;
     let hash = vote.key.map_or(0, |h| (h >> 2).max(1) as i64);
     let ready = i64::from(vote.key.is_some());
     let winner = vote.predicted.map_or(0, |p| p.winner as i64 + 1);
@@ -194,8 +194,7 @@ pub struct Realised {
     /// The slowest rank's, as search estimates are reduced: what every decision compares.
     pub slowest: f64,
     /// The least rank's, for the report: a rank's time in a call includes its wait for ranks
-    /// that arrive later, which the rank that waits least (usually the last to arrive) has the
-    /// least of.
+    /// that arrive later, and the rank that usually arrives last waits least.
     pub least: f64,
 }
 
@@ -205,17 +204,38 @@ pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<Realised> {
     Ok(Realised { slowest, least })
 }
 
-/// A trial window's realised time per call on each rank (`ticks`), and the calls' share of the
-/// window's time there (`check::call_share`) reduced to its least over ranks.
-pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(Realised, f64)> {
-    let [(slowest, least), (_, share)] = max_min(comm, [ticks, call_share])?;
-    Ok((Realised { slowest, least }, share))
+/// A trial window's realised time per call on each rank (`ticks`) reduced to the slowest
+/// rank's, and the calls' share of the window's time there (`check::call_share`) to its least
+/// over ranks.
+pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(f64, f64)> {
+    let [(slowest, _), (_, share)] = max_min(comm, [ticks, call_share])?;
+    Ok((slowest, share))
+}
+
+/// A non-negative number as an integer that orders as the number does (its bits); NaN, -0 and
+/// negative numbers as 0, so that no value is `i64::MIN`, which `min_max_i64` negates.
+fn order_bits(x: f64) -> i64 {
+    if x > 0.0 { x.to_bits() as i64 } else { 0 }
 }
 
 /// Non-negative values reduced to their maximum and minimum over ranks.
 fn max_min<const N: usize>(comm: &Comm, values: [f64; N]) -> MpiResult<[(f64, f64); N]> {
-    // A non-negative number's bits order as the number does.
-    let spreads = comm.min_max_i64(values.map(|v| v.max(0.0).to_bits() as i64))?;
+    let spreads = comm.min_max_i64(values.map(order_bits))?;
     let value = |bits: i64| f64::from_bits(bits as u64);
     Ok(spreads.map(|s| (value(s.max), value(s.min))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_bits;
+
+    #[test]
+    fn reduced_numbers_order_as_they_do_and_nothing_is_the_least_integer() {
+        assert!(order_bits(1e-9) < order_bits(0.5));
+        assert!(order_bits(0.5) < order_bits(3.0e6));
+        for odd in [-0.0, f64::NAN, -1.0, 0.0] {
+            assert_eq!(order_bits(odd), 0, "{odd}");
+        }
+        assert_eq!(f64::from_bits(order_bits(2.5) as u64), 2.5);
+    }
 }

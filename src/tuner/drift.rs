@@ -11,6 +11,7 @@
 //! against what production last measured of the search's other best codelets.
 
 use commtune_report::PredictionTrial;
+use commtune_tune::Timing;
 use commtune_tune::check::{self, AfterTrial, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
 
@@ -44,7 +45,7 @@ pub(super) fn drift_check<C: Operation>(
             Trialled::Decision(predicted) => {
                 let share = check::call_share(p.window_start, &p.window, now);
                 let (realised, share) = consensus::trial(&comm.private?, realised, share).ok()?;
-                trial_check(at, comm, key, trial, predicted, realised.slowest, share)
+                trial_check(at, comm, key, trial, predicted, realised, share)
             }
             Trialled::Prediction {
                 predicted_us,
@@ -75,6 +76,8 @@ pub(super) fn drift_check<C: Operation>(
         let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
         let agreed = consensus::realised(&comm.private?, realised).ok()?;
         let realised = agreed.slowest;
+        // Timed by periods, every rank's time is nearly the same: no rank waits less.
+        let least = (predicted.timing != Timing::Period).then_some(agreed.least);
         // A calibration (`commtune calibrate`) records what its search measured, timed as it
         // was asked to: its self-check measures production for the entry but never tries
         // another codelet nor searches again (with another timing, which it would discard).
@@ -96,14 +99,14 @@ pub(super) fn drift_check<C: Operation>(
                 let trial = Trial {
                     codelet: runner_up,
                     winner_realised: realised,
-                    winner_least: Some(agreed.least),
+                    winner_least: least,
                     of: Trialled::Decision(predicted),
                 };
                 start_trial(at, key, trial);
                 return None;
             }
             Judgement::Verdict(verdict) => {
-                let realised = (realised, Some(agreed.least));
+                let realised = (realised, least);
                 if let Some(step) = judged(at, comm, key, predicted, realised, None, verdict) {
                     return Some(step);
                 }
@@ -473,10 +476,12 @@ fn trial_check<C: Operation>(
             AfterTrial::Verdict(verdict) => verdict.name().to_string(),
         };
         format!(
-            "trial of {}: realised {:.0} us against the winner's {:.0} us: {outcome}",
+            "trial of {}: realised {:.0} us against the winner's {:.0} us, calls {:.0} % of \
+             the window: {outcome}",
             names[trial.codelet],
             realised * ns_per_tick * 1e-3,
             trial.winner_realised * ns_per_tick * 1e-3,
+            call_share * 100.0,
         )
     });
     let verdict = match after {

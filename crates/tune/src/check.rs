@@ -272,21 +272,25 @@ impl Verdict {
 }
 
 /// A search timed by `period` measures the application's work between calls with the calls:
-/// where the calls take less than this share of it on every rank, a codelet's difference is a
-/// small part of each sample, within that work's own variation. In LAMMPS on the 1 Gbit/s rig
-/// (`bench/in.lj`, 4 hosts), the 4-byte allreduce of `Neighbor::check_distance` took about 2 %
-/// of its 7.4 ms period; reopened with `period` after its first decision missed (as every
-/// codelet did: the ranks reach it after uneven work), the search's samples of native, linear
-/// and ring came out within 1 % of each other, two others took 15 and 25 ms from one sample
-/// each, and its trials took two more windows: the tuned runs took 1.027 of native's time
-/// (10 alternating runs), where forcing the allreduce to native took 1.012. With this rule no
-/// run searched twice (10 of 10), but 8 alternating runs of native, the build before and this
-/// one came to 1.014 and 1.022 of native (this build over the one before: 1.001, single runs
-/// 0.98 to 1.03): what the second search cost is within the machine's noise there.
+/// where the calls take less than this share of it on some rank (the least over ranks,
+/// `consensus::trial`), a codelet's difference is a small part of each sample, within that
+/// work's own variation. In LAMMPS on the 1 Gbit/s rig (`bench/in.lj`, 4 hosts), the 4-byte
+/// allreduce of `Neighbor::check_distance` took about 2 % of its 7.4 ms period; reopened with
+/// `period` after its winner and runner-up both missed their estimates in production, the
+/// search's samples of native, linear and ring came out within 1 % of each other, two others
+/// took 15 and 25 ms from one sample each, and its trials took two more windows: the tuned runs
+/// took 1.027 of native's time (10 alternating runs), where forcing the allreduce to native
+/// took 1.012. With this rule no run searched twice (10 of 10), but 8 alternating runs of
+/// native, the build before and this one came to 1.014 and 1.022 of native (the median of the
+/// paired ratios of this build over the one before: 1.001, single runs 0.98 to 1.03): what the
+/// second search cost is within the machine's noise there. The share is a mean over the
+/// window: a key called in bursts, several calls back to back between long stretches of work,
+/// has a small one, although most of its periods would be from call to call.
 pub const PERIOD_RESOLVES: f64 = 0.25;
 
 /// The calls' share of a window of production calls on one rank: their durations over the
-/// time from the first call's start (`start`) to `now`; 1 for a window not started.
+/// time from the first call's start (`start`) to `now`; 1 for a window not started (nothing
+/// measured: no reason to hold a search back).
 pub fn call_share(start: Option<u64>, durations: &[u64], now: u64) -> f64 {
     let ticks: u64 = durations.iter().sum();
     match start {
@@ -409,9 +413,9 @@ impl Prediction {
     /// robust estimates left out shows it in fewer windows than not.
     ///
     /// `call_share`: the calls' share of the trial window's time on the rank where it was
-    /// least (`call_share`, agreed). A search with `period` timing is not reopened where the
-    /// calls are less than `PERIOD_RESOLVES` of it: the runner-up that beat the winner in
-    /// production is kept instead.
+    /// least (`check::call_share`, agreed by `consensus::trial`). A search with `period` timing
+    /// is not reopened where the calls are less than `PERIOD_RESOLVES` of it: the runner-up that
+    /// beat the winner in production is kept instead.
     pub fn after_trial(
         &self,
         realised: f64,
@@ -420,18 +424,18 @@ impl Prediction {
         wrong: u32,
         call_share: f64,
     ) -> AfterTrial {
-        match self.judge_trial(realised, runner_up_realised, min_gain, wrong) {
-            Verdict::Kept => match self.next_in_race() {
+        let verdict = self.judge_trial(realised, runner_up_realised, min_gain, wrong);
+        match (verdict, self.runner_up) {
+            (Verdict::Kept, _) => match self.next_in_race() {
                 Some((codelet, next)) => AfterTrial::Trial(codelet, next),
                 None => AfterTrial::Verdict(Verdict::Kept),
             },
-            Verdict::Reopen(Timing::Period) if call_share < PERIOD_RESOLVES => {
-                let runner_up = self
-                    .runner_up
-                    .map_or(Verdict::Kept, |(r, _)| Verdict::RunnerUp(r));
-                AfterTrial::Verdict(runner_up)
+            (Verdict::Reopen(Timing::Period), Some((runner_up, _)))
+                if call_share < PERIOD_RESOLVES =>
+            {
+                AfterTrial::Verdict(Verdict::RunnerUp(runner_up))
             }
-            verdict => AfterTrial::Verdict(verdict),
+            (verdict, _) => AfterTrial::Verdict(verdict),
         }
     }
 
