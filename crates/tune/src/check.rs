@@ -288,15 +288,9 @@ impl Verdict {
 /// has a small one, although most of its periods would be from call to call.
 pub const PERIOD_RESOLVES: f64 = 0.25;
 
-/// The calls' share of a window of production calls on one rank: their durations over the
-/// time from the first call's start (`start`) to `now`; 1 for a window not started (nothing
-/// measured: no reason to hold a search back).
+/// The calls' share of a window of production calls on one rank (`Span::call_share`).
 pub fn call_share(start: Option<u64>, durations: &[u64], now: u64) -> f64 {
-    let ticks: u64 = durations.iter().sum();
-    match start {
-        Some(start) if now > start => (ticks as f64 / (now - start) as f64).min(1.0),
-        _ => 1.0,
-    }
+    Span::of(start, durations).call_share(now)
 }
 
 /// One rank's realised time per call over a window of production calls, measured as a search
@@ -317,12 +311,7 @@ pub fn call_share(start: Option<u64>, durations: &[u64], now: u64) -> f64 {
 /// bench-cluster's 64 KiB alltoall at 1 Gbit/s kept native in 5 of 7 runs, 1.54 times the
 /// best codelet, against 1 of 7 and 1.04 with the whole mean (the same day, 7 repetitions).
 pub fn realised(timing: Timing, start: Option<u64>, durations: &[u64], now: u64) -> f64 {
-    let span = Span {
-        start,
-        ticks: durations.iter().sum(),
-        instances: durations.len() as u64,
-    };
-    span.realised(timing, now)
+    Span::of(start, durations).realised(timing, now)
 }
 
 /// Production instances measured together, however many: where the first started (period: the
@@ -335,6 +324,25 @@ pub struct Span {
 }
 
 impl Span {
+    /// The instances of `durations`, the first started at `start`.
+    fn of(start: Option<u64>, durations: &[u64]) -> Span {
+        Span {
+            start,
+            ticks: durations.iter().sum(),
+            instances: durations.len() as u64,
+        }
+    }
+
+    /// The instances' share of the span's time, ending at `now` (`realised` with local timing
+    /// over `realised` with period timing); 1 for a span not started (nothing measured: no
+    /// reason to hold a search back).
+    pub fn call_share(&self, now: u64) -> f64 {
+        match self.start {
+            Some(start) if now > start => (self.ticks as f64 / (now - start) as f64).min(1.0),
+            _ => 1.0,
+        }
+    }
+
     /// Adds an instance that started at `start` and took `ticks`.
     pub fn add(&mut self, start: u64, ticks: u64) {
         self.start.get_or_insert(start);

@@ -457,10 +457,8 @@ impl Model {
     /// Whether `other` lists the same codelets, in the same order.
     fn same_codelets(&self, other: &Model) -> bool {
         let listed = |m: &Model| -> Vec<(String, Candidate)> {
-            m.codelets
-                .iter()
-                .map(|c| (c.name.clone(), c.candidate))
-                .collect()
+            let codelets = m.codelets.iter();
+            codelets.map(|c| (c.name.clone(), c.candidate)).collect()
         };
         listed(self) == listed(other)
     }
@@ -1251,21 +1249,27 @@ fn search_step(
 /// The winner's realised time per call as the self-check measures it, slowest rank
 /// (src/tuner/drift.rs).
 fn realised(p: &Production, timing: Timing, now: &[u64]) -> f64 {
-    p.window
-        .iter()
-        .zip(now)
-        .map(|((start, durations), &now)| check::realised(timing, *start, durations, now))
+    windows(p, now)
+        .map(|(start, durations, now)| check::realised(timing, start, durations, now))
         .fold(0.0, f64::max)
 }
 
 /// The calls' share of the self-check's window on the rank where it was least (as the library
 /// agrees it, src/tuner/consensus.rs `trial`).
 fn call_share(p: &Production, now: &[u64]) -> f64 {
-    p.window
-        .iter()
-        .zip(now)
-        .map(|((start, durations), &now)| check::call_share(*start, durations, now))
+    windows(p, now)
+        .map(|(start, durations, now)| check::call_share(start, durations, now))
         .fold(1.0, f64::min)
+}
+
+/// Each rank's window of production: where it started, its calls' durations, and the rank's
+/// clock now.
+fn windows<'a>(
+    p: &'a Production,
+    now: &'a [u64],
+) -> impl Iterator<Item = (Option<u64>, &'a [u64], u64)> + 'a {
+    let ranks = p.window.iter().zip(now);
+    ranks.map(|((start, durations), &now)| (*start, durations.as_slice(), now))
 }
 
 /// Groups trace files into runs by name: `PREFIX.RANK.tsv` files with one prefix are one run's.
