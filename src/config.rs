@@ -46,9 +46,10 @@ pub struct Delay {
     pub op: Op,
     pub codelet: usize,
     pub duration: Duration,
-    /// The delay applies from this instance of each key on (0: always), to one instance in
-    /// `every` (1: each).
+    /// The delay applies from this instance of each key on (0: always), before instance `until`
+    /// (u64::MAX: for ever), to one instance in `every` (1: each).
     pub after: u64,
+    pub until: u64,
     pub every: u64,
 }
 
@@ -119,7 +120,7 @@ impl Config {
             .find(|d| {
                 d.op == op
                     && d.codelet == codelet
-                    && instance >= d.after
+                    && (d.after..d.until).contains(&instance)
                     && (instance - d.after).is_multiple_of(d.every)
             })
             .map(|d| d.duration)
@@ -208,7 +209,7 @@ pub const KNOBS: &[Knob] = &[
     knob(
         "COMMTUNE_INJECT_DELAY",
         "(none)",
-        "op:codelet=duration[@instance[/every]],... e.g. allreduce:native=300us (test only)",
+        "op:codelet=duration[@instance[..end][/every]],... e.g. allreduce:native=300us (test only)",
     ),
 ];
 
@@ -439,12 +440,25 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
         let parsed = item
             .split_once('=')
             .and_then(|(what, when)| Some((what.split_once(':')?, when)))
-            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance[/every]]"))
+            .ok_or_else(|| format!("`{item}` is not op:codelet=duration[@instance[..end][/every]]"))
             .and_then(|((op, codelet), when)| {
                 let (op, codelet) = codelet_of(op.trim(), codelet.trim(), names)?;
                 let (duration, from) = when.split_once('@').unwrap_or((when, "0"));
-                let (after, every) = from.split_once('/').unwrap_or((from, "1"));
+                let (range, every) = from.split_once('/').unwrap_or((from, "1"));
+                let (after, until) = match range.split_once("..") {
+                    Some((after, until)) => (after, Some(until)),
+                    None => (range, None),
+                };
                 let after = after.trim().parse::<u64>().map_err(|_| bad_after(item))?;
+                let until = match until {
+                    Some(until) => until
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&u| u > after)
+                        .ok_or_else(|| bad_until(item))?,
+                    None => u64::MAX,
+                };
                 let every = every
                     .trim()
                     .parse::<u64>()
@@ -457,6 +471,7 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
                     codelet,
                     duration,
                     after,
+                    until,
                     every,
                 })
             });
@@ -470,6 +485,10 @@ fn delays(value: &str, names: Names, problems: &mut Vec<String>) -> Vec<Delay> {
 
 fn bad_after(item: &str) -> String {
     format!("`{item}`: the instance after @ must be a whole number")
+}
+
+fn bad_until(item: &str) -> String {
+    format!("`{item}`: the end after .. must be a whole number above the instance before it")
 }
 
 fn bad_every(item: &str) -> String {
@@ -697,6 +716,22 @@ mod tests {
             .map(|k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
             .collect();
         assert_eq!(delays, [4, 4, 60, 4, 4, 4, 60, 4]);
+    }
+
+    #[test]
+    fn delays_with_an_end_stop_before_it() {
+        let (c, problems) = parse([(
+            "COMMTUNE_INJECT_DELAY",
+            "allreduce:ring=8ms@10..20/5,allreduce:ring=2ms,allreduce:linear=1ms@5..5",
+        )]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("the end after .."), "{problems:?}");
+        let ring = index(Op::Allreduce, "ring");
+        let delays: Vec<u128> = [9, 10, 14, 15, 19, 20, 25]
+            .iter()
+            .map(|&k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
+            .collect();
+        assert_eq!(delays, [2, 8, 2, 8, 2, 2, 2]);
     }
 
     #[test]

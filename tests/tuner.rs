@@ -651,6 +651,49 @@ fn a_call_small_beside_its_period_keeps_the_runner_up_mpich() {
     a_call_small_beside_its_period_keeps_the_runner_up(Mpich, 2);
 }
 
+/// native wins the search (20 ms a call) in a close race with ring (21.5 ms; every other codelet
+/// 40: calls 5 to 18, the decision at 19), so ring is tried after native's self-check window
+/// (calls 21 to 36). From call 24 on ring takes 18 ms and from call 38 native 14, as a loop
+/// that speeds up: ring's trial window (calls 38 to 54) beats native's window before it by
+/// 10 %, and native runs one more window (calls 56 to 72), whose 14 ms bring native's time to
+/// 17 ms, ahead of ring: native stays (`check::winner_around_trial`).
+fn a_trial_is_judged_against_the_winner_before_and_after_it(flavour: Flavour, np: usize) {
+    let mut delays = all_but("allreduce", ALLREDUCE, "native", "40ms");
+    delays.retain(|d| !d.starts_with("allreduce:ring="));
+    delays.extend([
+        "allreduce:native=20ms@0..38".to_string(),
+        "allreduce:native=14ms".to_string(),
+        "allreduce:ring=21500us@0..24".to_string(),
+        "allreduce:ring=18ms".to_string(),
+    ]);
+    let job = self_checked_loop(flavour, np, "around_trial", "100", &delays);
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    let check = &t["check"];
+    assert_eq!(
+        check["runner_up"], "ring",
+        "the close race's trial ran: {t:#}"
+    );
+    let realised = check["realised_us"].as_f64().unwrap();
+    assert!(
+        realised < 19_000.0,
+        "native's time takes in its window after the trial: {check}"
+    );
+    assert_eq!(check["verdict"], "kept", "{t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+}
+
+#[test]
+fn a_trial_is_judged_against_the_winner_before_and_after_it_openmpi() {
+    a_trial_is_judged_against_the_winner_before_and_after_it(OpenMpi, 4);
+}
+
+#[test]
+fn a_trial_is_judged_against_the_winner_before_and_after_it_mpich() {
+    a_trial_is_judged_against_the_winner_before_and_after_it(Mpich, 2);
+}
+
 /// ring wins the search and misses its prediction in production; the runner-up, tried for a
 /// window, takes what its samples took: it replaces ring, with no second search. (40 ms, so
 /// that a loaded machine's few milliseconds stay inside the 25 % the runner-up may miss by.)

@@ -18,8 +18,8 @@ use commtune_tune::timeline::Mark;
 use super::search::{candidates, search_step, start_search, trace};
 
 use super::state::{
-    CONFIRMED, CommTunerState, DISMISSED, KEPT, Phase, Production, Trial, Trialled, TunerState,
-    safety_net_holds, safety_net_settles, verifying,
+    CONFIRMED, CommTunerState, DISMISSED, KEPT, Phase, Production, Trial, Trialled, Tried,
+    TunerState, safety_net_holds, safety_net_settles, verifying,
 };
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
@@ -42,10 +42,16 @@ pub(super) fn drift_check<C: Operation>(
         let now = clock::now();
         let realised = check::realised(trial.timing(), p.window_start, &p.window, now);
         return match trial.of {
-            Trialled::Decision(predicted) => {
+            Trialled::Decision { predicted, tried } => {
                 let share = check::call_share(p.window_start, &p.window, now);
-                let (realised, share) = consensus::trial(&comm.private?, realised, share).ok()?;
-                trial_check(at, comm, key, trial, predicted, realised, share)
+                let (realised, call_share) =
+                    consensus::trial(&comm.private?, realised, share).ok()?;
+                let window = Tried {
+                    codelet: trial.codelet,
+                    realised,
+                    call_share,
+                };
+                trial_check(at, comm, key, trial, predicted, tried, window)
             }
             Trialled::Prediction {
                 predicted_us,
@@ -100,7 +106,10 @@ pub(super) fn drift_check<C: Operation>(
                     codelet: runner_up,
                     winner_realised: realised,
                     winner_least: least,
-                    of: Trialled::Decision(predicted),
+                    of: Trialled::Decision {
+                        predicted,
+                        tried: None,
+                    },
                 };
                 start_trial(at, key, trial);
                 return None;
@@ -443,52 +452,87 @@ fn end_trial<C: Operation>(at: &SlowCall<C>, p: &mut Production) {
         .run(p.winner, at.k + runtime::config().tuning.drift_interval);
 }
 
-/// Judges the decision after its runner-up's trial realised `realised` (agreed ticks per call,
-/// the calls `call_share` of the window's time where least); production goes back to the winner
-/// unless the decision was wrong. Returns the search step when the search reopens.
+/// Judges the decision after a window of its trial (`window`: the codelet on trial's, or,
+/// with `tried`, the winner's after it; agreed ticks per call, the calls' share of the window's
+/// time where least); production goes back to the winner unless the decision was wrong, or the
+/// winner runs its window after the trial first (`check::winner_around_trial`). Returns the
+/// search step when the search reopens.
 fn trial_check<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     trial: Trial,
     predicted: Prediction,
-    realised: f64,
-    call_share: f64,
+    tried: Option<Tried>,
+    window: Tried,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
-    end_trial(at, p);
-    p.lead.measured(p.winner, trial.winner_realised);
-    p.lead.measured(trial.codelet, realised);
-    let after = predicted.after_trial(
-        trial.winner_realised,
-        realised,
-        runtime::config().tuning.min_gain,
-        key.wrong,
-        call_share,
-    );
+    let min_gain = runtime::config().tuning.min_gain;
     let names = codelets::names(at.entry.op);
-    let ns_per_tick = clock::ns_per_tick();
+    let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
+    let after_trial = tried.map(|_| window.realised);
+    let tried = tried.unwrap_or(window);
+    let Some(winner_realised) =
+        check::winner_around_trial(trial.winner_realised, tried.realised, after_trial, min_gain)
+    else {
+        trace(at.entry, || {
+            format!(
+                "trial of {}: realised {:.0} us against the winner's {:.0} us: {} runs a \
+                 window again",
+                names[tried.codelet],
+                us(tried.realised),
+                us(trial.winner_realised),
+                names[p.winner]
+            )
+        });
+        let again = Trial {
+            codelet: p.winner,
+            of: Trialled::Decision {
+                predicted,
+                tried: Some(tried),
+            },
+            ..trial
+        };
+        start_trial(at, key, again);
+        return None;
+    };
+    end_trial(at, p);
+    p.lead.measured(p.winner, winner_realised);
+    p.lead.measured(tried.codelet, tried.realised);
+    let after = predicted.after_trial(
+        winner_realised,
+        tried.realised,
+        min_gain,
+        key.wrong,
+        tried.call_share,
+    );
     trace(at.entry, || {
         let outcome = match after {
             AfterTrial::Trial(codelet, _) => format!("kept, {} next", names[codelet]),
             AfterTrial::Verdict(verdict) => verdict.name().to_string(),
         };
         format!(
-            "trial of {}: realised {:.0} us against the winner's {:.0} us, calls {:.0} % of \
+            "trial of {}: realised {:.0} us against the winner's {:.0} us{}, calls {:.0} % of \
              the window: {outcome}",
-            names[trial.codelet],
-            realised * ns_per_tick * 1e-3,
-            trial.winner_realised * ns_per_tick * 1e-3,
-            call_share * 100.0,
+            names[tried.codelet],
+            us(tried.realised),
+            us(trial.winner_realised),
+            after_trial.map_or(String::new(), |t| format!(" and {:.0} us after it", us(t))),
+            tried.call_share * 100.0,
         )
     });
     let verdict = match after {
         AfterTrial::Trial(codelet, next) => {
+            // The third is judged against the winner's latest window.
             let trial = Trial {
                 codelet,
-                of: Trialled::Decision(next),
+                winner_realised: after_trial.unwrap_or(trial.winner_realised),
+                of: Trialled::Decision {
+                    predicted: next,
+                    tried: None,
+                },
                 ..trial
             };
             start_trial(at, key, trial);
@@ -501,8 +545,8 @@ fn trial_check<C: Operation>(
         comm,
         key,
         predicted,
-        (trial.winner_realised, trial.winner_least),
-        Some(realised),
+        (winner_realised, trial.winner_least),
+        Some(tried.realised),
         verdict,
     )
 }

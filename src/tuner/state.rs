@@ -587,8 +587,8 @@ pub struct Production {
 /// codelet runs a window of production calls before the decision is judged (`drift`).
 #[derive(Clone, Copy, Debug)]
 pub struct Trial {
-    /// The codelet the window runs: the one on trial, or the predicted winner again after the
-    /// safety net's alternative beat it (`Trialled::Prediction`'s `alternative`).
+    /// The codelet the window runs: the one on trial, or the winner again after the codelet on
+    /// trial beat it (`Trialled::Decision`'s `tried`, `Trialled::Prediction`'s `alternative`).
     pub codelet: usize,
     /// The winner's realised time per call, agreed: clock ticks after a search (its estimates'
     /// unit), microseconds after a history prediction (its predicted time's, which every rank
@@ -604,8 +604,12 @@ pub struct Trial {
 #[derive(Clone, Copy, Debug)]
 pub enum Trialled {
     /// A search's decision, with what the search predicted (the self-check): the runner-up
-    /// runs.
-    Decision(Prediction),
+    /// runs; then, if it beat the winner's window before it, the winner runs one more
+    /// (`check::winner_around_trial`), with `tried` what the runner-up's window measured.
+    Decision {
+        predicted: Prediction,
+        tried: Option<Tried>,
+    },
     /// A prediction from the history of `predicted_us` per call (the safety net): its
     /// alternative runs, its window timed with `timing`; then, if the alternative beat the
     /// winner (`check::prediction_kept`), the winner runs one more window, with `alternative`
@@ -617,11 +621,22 @@ pub enum Trialled {
     },
 }
 
+/// What the window of a codelet on trial measured, agreed over ranks.
+#[derive(Clone, Copy, Debug)]
+pub struct Tried {
+    /// Registry index.
+    pub codelet: usize,
+    /// Clock ticks per call.
+    pub realised: f64,
+    /// The calls' share of the window's time on the rank where it was least.
+    pub call_share: f64,
+}
+
 impl Trial {
     /// How the trial's window is timed.
     pub fn timing(&self) -> Timing {
         match self.of {
-            Trialled::Decision(predicted) => predicted.timing,
+            Trialled::Decision { predicted, .. } => predicted.timing,
             Trialled::Prediction { timing, .. } => timing,
         }
     }

@@ -174,6 +174,33 @@ pub fn prediction_beaten(realised: f64, alternative: f64, min_gain: f64) -> bool
     beaten(realised, alternative, min_gain.max(PREDICTION_TRIAL_GAIN))
 }
 
+/// The winner's time per call that a collective's trial is judged by (`Prediction::after_trial`),
+/// from the winner's window before the trial (`before`), the codelet on trial's (`tried`) and
+/// the winner's window after it (`after`, None: not run yet): None while the winner must run
+/// that window first, which it does where the codelet on trial did better than `before` (by
+/// more than `min_gain`); then the mean of the two. A trial's window comes after the winner's,
+/// and a tight loop's calls get faster over its first hundreds: on the 1 Gbit/s rig, in
+/// 400-call loops of an 8-byte alltoall (6 runs with every call traced, 6 December 2026),
+/// native's calls came 121 to 178 us apart over the first 16, 104 to 139 over the next 16, and
+/// 84 to 97 after call 150. Judged by the window before alone, a trial replaced the winner in
+/// 7 of 15 runs (its window 2.5 to 8.6 % under the winner's), and those runs went on with
+/// `linear_sync8`, `linear_sync4` or `linear`, which forced alone take 1.10 to 1.16 times
+/// native's time. The windows before and after the trial take a steady trend out of the
+/// comparison, as the safety net's do (`prediction_kept`); a codelet on trial that does not
+/// beat the window before costs no window more.
+pub fn winner_around_trial(
+    before: f64,
+    tried: f64,
+    after: Option<f64>,
+    min_gain: f64,
+) -> Option<f64> {
+    match after {
+        Some(after) => Some((before + after) / 2.0),
+        None if beaten(before, tried, min_gain) => None,
+        None => Some(before),
+    }
+}
+
 /// The safety net's verdict on a prediction whose winner missed, realising `winner` per call in
 /// the window before its alternative's trial, `returned` in the window after it (None: not run
 /// yet), where the alternative realised `alternative`: whether the prediction is kept, or None
@@ -412,13 +439,17 @@ impl Prediction {
     /// What follows a collective's trial (`judge_trial`'s arguments): the verdict, or, where
     /// the trial kept the decision and the race's third is in it too, the third's trial.
     ///
-    /// One window of the winner against one of the runner-up, unlike the safety net
-    /// (`prediction_kept`). Replayed over tests/data (library defaults, 40 replays, 400
-    /// calls), a runner-up that had to beat the winner's window after its trial too helped the
-    /// rig's 1 MiB allreduce (1.122 to 1.058 times the best codelet) and hurt its 64 KiB
-    /// alltoall (1.302 to 1.375 judged with the faster of the winner's windows, 1.329 with their
-    /// mean) and 4 MiB allgatherv (1.149 to 1.210, 1.176): a winner whose tail its search's
-    /// robust estimates left out shows it in fewer windows than not.
+    /// `realised` is the winner's time around the trial (`winner_around_trial`): the mean of
+    /// its windows before and after a trial that beat the one before. The traces of tests/data
+    /// hold no trend, and there the second window only adds noise: replayed (library defaults,
+    /// 40 replays), the median over keys went from 1.089 to 1.093 times the best codelet at 400
+    /// calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall from 1.120 to 1.151 and
+    /// from 1.030 to 1.048 (native's tail, which its search's robust estimates left out, shows
+    /// in fewer windows than not), shared memory's 16-byte alltoall from 1.751 to 1.834 at 400
+    /// calls. On the rig, where loops do speed up, 15 alternating runs of 400-call 8-byte
+    /// loops each: the alltoall kept native in 10 runs against 4 (a trial replaced the winner in
+    /// 2 against 7), the allreduce ran `linear`, its best codelet, in 15 against 14; their
+    /// times, paired with the build before, 0.992 and 0.998 (6 December 2026).
     ///
     /// `call_share`: the calls' share of the trial window's time on the rank where it was
     /// least (`check::call_share`, agreed by `consensus::trial`). A search with `period` timing
@@ -941,6 +972,35 @@ mod tests {
         assert_eq!(
             (check.timing.as_str(), check.verdict.as_str()),
             ("local", "runner_up")
+        );
+    }
+
+    #[test]
+    fn a_trial_that_beats_the_window_before_it_waits_for_the_one_after() {
+        assert_eq!(
+            winner_around_trial(100.0, 99.0, None, 0.02),
+            Some(100.0),
+            "not beaten: judged at once"
+        );
+        assert_eq!(winner_around_trial(100.0, 90.0, None, 0.02), None);
+        // The loop got faster: the winner's window after the trial took 80, so the codelet on
+        // trial, 90, did worse than the winner at its time.
+        let winner = winner_around_trial(100.0, 90.0, Some(80.0), 0.02).unwrap();
+        assert_eq!(winner, 90.0);
+        let native = Prediction {
+            winner: 100.0,
+            runner_up: Some((4, 105.0)),
+            third: None,
+            timing: Timing::Barrier,
+        };
+        assert_eq!(
+            native.after_trial(winner, 90.0, 0.02, 0, 1.0),
+            AfterTrial::Verdict(Verdict::Kept)
+        );
+        assert_eq!(
+            native.after_trial(100.0, 90.0, 0.02, 0, 1.0),
+            AfterTrial::Verdict(Verdict::RunnerUp(4)),
+            "judged by the window before alone, the trend replaced native"
         );
     }
 

@@ -961,6 +961,9 @@ struct Production {
     /// The runner-up on trial (a window of production calls after the winner missed), and the
     /// winner's realised time per call.
     trial: Option<(usize, f64)>,
+    /// While the winner runs its window after a trial it lost: the codelet on trial, its
+    /// realised time per call and the calls' share (src/tuner/state.rs `Tried`).
+    tried: Option<(usize, f64, f64)>,
 }
 
 impl Production {
@@ -1004,6 +1007,7 @@ fn production(
         periods: vec![0; model.ranks],
         calls: 0,
         trial: None,
+        tried: None,
     }
 }
 
@@ -1057,22 +1061,38 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             p.check_at = None;
             // As src/tuner/drift.rs `drift_check`.
             let verdict = match p.trial.take() {
-                Some((_, winner_realised)) => {
+                Some((codelet, winner_before)) => {
                     let share = call_share(p, &entry);
-                    match predicted.after_trial(
-                        winner_realised,
-                        realised,
+                    let after_trial = p.tried.map(|_| realised);
+                    let tried = p.tried.take().unwrap_or((codelet, realised, share));
+                    let around = check::winner_around_trial(
+                        winner_before,
+                        tried.1,
+                        after_trial,
                         settings.min_gain,
-                        wrong,
-                        share,
-                    ) {
-                        AfterTrial::Trial(codelet, next) => {
-                            p.predicted = Some(next);
-                            p.trial = Some((codelet, winner_realised));
+                    );
+                    match around.map(|winner_realised| {
+                        predicted.after_trial(
+                            winner_realised,
+                            tried.1,
+                            settings.min_gain,
+                            wrong,
+                            tried.2,
+                        )
+                    }) {
+                        None => {
+                            p.tried = Some(tried);
+                            p.trial = Some((p.winner, winner_before));
                             p.check_again(settings, k);
                             None
                         }
-                        AfterTrial::Verdict(verdict) => Some(verdict),
+                        Some(AfterTrial::Trial(codelet, next)) => {
+                            p.predicted = Some(next);
+                            p.trial = Some((codelet, after_trial.unwrap_or(winner_before)));
+                            p.check_again(settings, k);
+                            None
+                        }
+                        Some(AfterTrial::Verdict(verdict)) => Some(verdict),
                     }
                 }
                 None => match predicted.assess_race(realised, settings.min_gain) {
