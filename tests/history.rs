@@ -340,7 +340,7 @@ fn a_reopened_search_records_its_own_timing() {
     // the window the self-check times after the decision, and the runner-up misses its
     // estimate too (so the search reopens rather than the runner-up replacing ring).
     let job = run(OpenMpi, 4, &exe, &dir)
-        .args(&["150"])
+        .args(&["200"])
         .tuned_allreduce_alone(&reopening_delays("5ms", "20ms", "40ms"))
         .env("COMMTUNE_HISTORY", &store.to_string_lossy())
         .go();

@@ -361,7 +361,7 @@ fn a_replaced_winner_is_not_predicted_again(flavour: Flavour, np: usize) {
     delays.push("allreduce:ring=100ms@24".into());
     let job = || {
         run(flavour, np, &exe, &dir)
-            .args(&["70"])
+            .args(&["100"])
             .tuned_allreduce_alone(&delays)
             .env("COMMTUNE_HISTORY", &store.to_string_lossy())
             // 40 ms calls on a loaded machine: the trial's window and the safety net's differ
@@ -438,7 +438,7 @@ fn a_decision_reached_with_the_other_timing_is_predicted_with_it(flavour: Flavou
     let delays = reopening_delays("20ms", "60ms", "120ms");
     let job = || {
         run(flavour, np, &exe, &dir)
-            .args(&["150"])
+            .args(&["200"])
             .tuned_allreduce_alone(&delays)
             .env("COMMTUNE_HISTORY", &store.to_string_lossy())
             .env("COMMTUNE_PMAX", LENIENT_PMAX)

@@ -204,12 +204,11 @@ pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<Realised> {
     Ok(Realised { slowest, least })
 }
 
-/// A trial window's realised time per call on each rank (`ticks`) reduced to the slowest
-/// rank's, and the calls' share of the window's time there (`check::call_share`) to its least
-/// over ranks.
-pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(f64, f64)> {
-    let [(slowest, _), (_, share)] = max_min(comm, [ticks, call_share])?;
-    Ok((slowest, share))
+/// A trial window's realised time per call on each rank (`ticks`) reduced as `realised`, and
+/// the calls' share of the window's time there (`check::call_share`) to its least over ranks.
+pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(Realised, f64)> {
+    let [(slowest, least), (_, share)] = max_min(comm, [ticks, call_share])?;
+    Ok((Realised { slowest, least }, share))
 }
 
 /// A non-negative number as an integer that orders as the number does (its bits); NaN, -0 and

@@ -48,7 +48,8 @@ pub(super) fn drift_check<C: Operation>(
                     consensus::trial(&comm.private?, realised, share).ok()?;
                 let window = Tried {
                     codelet: trial.codelet,
-                    realised,
+                    realised: realised.slowest,
+                    least: realised.least,
                     call_share,
                 };
                 trial_check(at, comm, key, trial, predicted, tried, window)
@@ -473,6 +474,11 @@ fn trial_check<C: Operation>(
     let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     let after_trial = tried.map(|_| window.realised);
+    // The least rank's time, for the report, over the same windows as the winner's time.
+    let winner_least = match (trial.winner_least, tried) {
+        (Some(before), Some(_)) => Some((before + window.least) / 2.0),
+        (least, _) => least,
+    };
     let tried = tried.unwrap_or(window);
     let Some(winner_realised) =
         check::winner_around_trial(trial.winner_realised, tried.realised, after_trial, min_gain)
@@ -525,10 +531,12 @@ fn trial_check<C: Operation>(
     });
     let verdict = match after {
         AfterTrial::Trial(codelet, next) => {
-            // The third is judged against the winner's latest window.
+            // The third is judged against the winner's latest window (and the one after it, if
+            // it beats that one).
             let trial = Trial {
                 codelet,
                 winner_realised: after_trial.unwrap_or(trial.winner_realised),
+                winner_least: after_trial.map_or(trial.winner_least, |_| Some(window.least)),
                 of: Trialled::Decision {
                     predicted: next,
                     tried: None,
@@ -545,7 +553,7 @@ fn trial_check<C: Operation>(
         comm,
         key,
         predicted,
-        (winner_realised, trial.winner_least),
+        (winner_realised, winner_least),
         Some(tried.realised),
         verdict,
     )

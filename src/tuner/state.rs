@@ -626,8 +626,9 @@ pub enum Trialled {
 pub struct Tried {
     /// Registry index.
     pub codelet: usize,
-    /// Clock ticks per call.
+    /// Clock ticks per call: the slowest rank's, and the least rank's (for the report).
     pub realised: f64,
+    pub least: f64,
     /// The calls' share of the window's time on the rank where it was least.
     pub call_share: f64,
 }

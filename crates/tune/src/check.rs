@@ -178,7 +178,14 @@ pub fn prediction_beaten(realised: f64, alternative: f64, min_gain: f64) -> bool
 /// from the winner's window before the trial (`before`), the codelet on trial's (`tried`) and
 /// the winner's window after it (`after`, None: not run yet): None while the winner must run
 /// that window first, which it does where the codelet on trial did better than `before` (by
-/// more than `min_gain`); then the mean of the two. A trial's window comes after the winner's,
+/// more than `min_gain`); then the mean of the two. Like the safety net's trials, the winner runs
+/// a window after the trial; unlike them (`prediction_kept`, which asks to beat both), the
+/// trial is judged against the two windows' mean: in replays of tests/data, the faster of the
+/// winner's windows had made the rig's 64 KiB alltoall 1.375 times the best codelet at 400
+/// calls, their mean 1.329, one window 1.302 (an older library, 29 November 2026): native's
+/// tail shows in fewer windows than not. A third codelet of a close race tried after a trial
+/// without a window after it is compared with the winner's window two windows before it, and,
+/// if it beats that one, the mean falls half a window before it. A trial's window comes after the winner's,
 /// and a tight loop's calls get faster over its first hundreds: on the 1 Gbit/s rig, in
 /// 400-call loops of an 8-byte alltoall (6 runs with every call traced, 6 December 2026),
 /// native's calls came 121 to 178 us apart over the first 16, 104 to 139 over the next 16, and
@@ -186,8 +193,7 @@ pub fn prediction_beaten(realised: f64, alternative: f64, min_gain: f64) -> bool
 /// 7 of 15 runs (its window 2.5 to 8.6 % under the winner's), and those runs went on with
 /// `linear_sync8`, `linear_sync4` or `linear`, which forced alone take 1.10 to 1.16 times
 /// native's time. The windows before and after the trial take a steady trend out of the
-/// comparison, as the safety net's do (`prediction_kept`); a codelet on trial that does not
-/// beat the window before costs no window more.
+/// comparison; a codelet on trial that does not beat the window before costs no window more.
 pub fn winner_around_trial(
     before: f64,
     tried: f64,
@@ -241,7 +247,7 @@ pub enum Judgement {
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum AfterTrial {
     /// This codelet (registry index), the runner-up of this prediction, runs a window next,
-    /// against the same window of the winner.
+    /// against the winner's latest window (`winner_around_trial`).
     Trial(usize, Prediction),
     Verdict(Verdict),
 }
@@ -420,7 +426,7 @@ impl Prediction {
 
     /// After the runner-up's trial kept the decision: the prediction whose runner-up is the
     /// third codelet, when that one is in the race too (within `CLOSE_RACE` of the winner's
-    /// estimate), to be tried next against the same window of the winner. The order of a close
+    /// estimate), to be tried next against the winner's latest window. The order of a close
     /// race's estimates is the search's least reliable part: on the 10 Gbit/s rig, searches of
     /// the 1 MiB allreduce ranked `ring`, the fastest alone by 15 %, behind native and
     /// `rabenseifner` in 2 runs of 5.
@@ -485,7 +491,10 @@ impl Prediction {
     }
 
     /// Judges a decision after its runner-up ran in production for a window and realised
-    /// `runner_up_realised` against the winner's `realised`. After a close race the runner-up
+    /// `runner_up_realised` against the winner's `realised` (a collective's: its time around
+    /// the trial, `winner_around_trial`, so a winner that missed in the window before the trial
+    /// may not have missed on that mean, and a trial that beats it then replaces it instead of
+    /// searching again). After a close race the runner-up
     /// replaces the winner when it does clearly better. After a miss (`assess`), a miss can be
     /// the search's, not the decision's: samples after a barrier are faster than production
     /// calls for every codelet alike (on the 1 Gbit/s rig, alltoall's linear_sync codelets

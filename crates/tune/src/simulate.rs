@@ -1173,11 +1173,11 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                         p.window[r].0.get_or_insert(call_start);
                         p.window[r].1.push(end - call_start);
                     }
-                    if p.trial.is_none() {
+                    if p.running() == p.winner {
                         p.periods[r] += sim.clock[r] - entry;
                     }
                 }
-                p.calls += u64::from(p.trial.is_none());
+                p.calls += u64::from(p.running() == p.winner);
             }
             _ => {}
         }
