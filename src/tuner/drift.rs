@@ -536,12 +536,13 @@ fn trial_check<C: Operation>(
             let trial = Trial {
                 codelet,
                 winner_realised: after_trial.unwrap_or(trial.winner_realised),
-                winner_least: after_trial.map_or(trial.winner_least, |_| Some(window.least)),
+                winner_least: trial
+                    .winner_least
+                    .map(|before| after_trial.map_or(before, |_| window.least)),
                 of: Trialled::Decision {
                     predicted: next,
                     tried: None,
                 },
-                ..trial
             };
             start_trial(at, key, trial);
             return None;
