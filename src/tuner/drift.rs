@@ -473,13 +473,16 @@ fn trial_check<C: Operation>(
     let min_gain = runtime::config().tuning.min_gain;
     let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
-    let after_trial = tried.map(|_| window.realised);
-    // The least rank's time, for the report, over the same windows as the winner's time.
-    let winner_least = match (trial.winner_least, tried) {
-        (Some(before), Some(_)) => Some((before + window.least) / 2.0),
-        (least, _) => least,
+    // The codelet on trial's window, and the winner's after it if this window was that one.
+    let (tried, winner_after) = match tried {
+        Some(tried) => (tried, Some(window)),
+        None => (window, None),
     };
-    let tried = tried.unwrap_or(window);
+    let after_trial = winner_after.map(|w| w.realised);
+    // The least rank's time, for the report, over the same windows as the winner's time.
+    let winner_least = trial
+        .winner_least
+        .map(|before| winner_after.map_or(before, |w| (before + w.least) / 2.0));
     let Some(winner_realised) =
         check::winner_around_trial(trial.winner_realised, tried.realised, after_trial, min_gain)
     else {
@@ -538,7 +541,7 @@ fn trial_check<C: Operation>(
                 winner_realised: after_trial.unwrap_or(trial.winner_realised),
                 winner_least: trial
                     .winner_least
-                    .map(|before| after_trial.map_or(before, |_| window.least)),
+                    .map(|before| winner_after.map_or(before, |w| w.least)),
                 of: Trialled::Decision {
                     predicted: next,
                     tried: None,
