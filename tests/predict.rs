@@ -298,7 +298,7 @@ fn a_slower_machine_keeps_the_prediction_mpich() {
 /// measured it (1 ms), and every other codelet takes 5 ms: ring misses its predicted time in
 /// the safety net's window, native beats that window in its trial, and ring's window after the
 /// trial (from about its 40th call) beats native: one slow window is not the winner's
-/// (`check::prediction_kept`), the prediction is kept and nothing is searched.
+/// (`trial::Around::beaten_on_both_sides`), the prediction is kept and nothing is searched.
 fn a_winner_slow_only_before_its_trial_keeps_the_prediction(flavour: Flavour) {
     let (dir, exe, store) = ring_stored(flavour, "predict_returned");
     let mut delays = all_but("allreduce", ALLREDUCE, "ring", "5ms");

@@ -657,7 +657,7 @@ fn a_call_small_beside_its_period_keeps_the_runner_up_mpich() {
 /// (calls 21 to 36). From call 24 on ring takes 18 ms and from call 38 native 14, as a loop
 /// that speeds up: ring's trial window (calls 39 to 54) beats native's window before it by
 /// 10 %, and native runs one more window (calls 57 to 72), whose 14 ms bring native's time to
-/// 17 ms, ahead of ring: native stays (`check::winner_around_trial`).
+/// 17 ms, ahead of ring: native stays (`trial::Around::winner_mean`).
 fn a_trial_is_judged_against_the_winner_before_and_after_it(flavour: Flavour, np: usize) {
     // The first item that applies to a call is taken: ring's come before all_but's.
     let mut delays = vec![

@@ -41,8 +41,8 @@
 //! production with the recorded winner at the end of its warm-up instead of searching, and its
 //! first window of production instances is the safety net: within COMMTUNE_PMAX of the
 //! predicted time (`check::prediction_holds`) confirms it; slower, the entry's runner-up (else
-//! native) runs a window, and only one that does clearly better (`check::beaten`) dismisses it
-//! and searches.
+//! native) runs a window, and only one that does clearly better in the winner's windows around it
+//! (`trial::Around::beaten_on_both_sides`) dismisses it and searches.
 //!
 //! Tuning state is kept per class (`class`): the episode's size class and the epochs of its
 //! communicators, so that a communicator handle MPI hands out again starts afresh. A class is
@@ -67,6 +67,7 @@ use commtune_tune::check::{self, Drift, Judgement, Lead, Prediction, Span, Verdi
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
+use commtune_tune::trial::{self, Ended, Trial};
 use commtune_tune::{Candidate, Next, Partners, Plan, Timing, budget};
 
 use crate::codelets;
@@ -150,12 +151,9 @@ struct Production {
     winner: usize,
     /// What the search predicted (None once checked, or for a fallback that is not checked).
     predicted: Option<Prediction>,
-    /// The runner-up on trial after the winner missed, and the winner's realised time.
-    trial: Option<(usize, f64)>,
-    /// After the safety net's trial of an alternative that beat the winner: the alternative,
-    /// its realised time and the winner's before it, while the winner runs one more window
-    /// (`check::prediction_kept`).
-    tried: Option<(usize, f64, f64)>,
+    /// The codelet on trial after the winner missed: the runner-up (the self-check), or the
+    /// safety net's alternative, which is judged between two windows of the winner's.
+    trial: Option<Trial<f64>>,
     /// The search's winner that the self-check replaced with this runner-up (their realised
     /// times are the class's `checked`).
     replaced: Option<usize>,
@@ -504,59 +502,45 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
 /// self-check kept). Slower, the entry's runner-up (else native) runs the next window, and
 /// this is called again at its end (with `realised` the alternative's), and, if the
 /// alternative did clearly better, once more after a window of the winner: an alternative
-/// that does not do clearly better than the winner in the windows around its trial keeps the
-/// prediction (`check::prediction_kept`: the machine is slower than when the history measured
-/// the winner, not the winner alone); one that does, or no alternative, dismisses it, and the
-/// class is searched from here.
+/// that does not do clearly better than the winner in the windows around its trial
+/// (`trial::Around::beaten_on_both_sides`) keeps the prediction: the machine is slower than
+/// when the history measured the winner, not the winner alone. One that does, or no
+/// alternative, dismisses it, and the class is searched from here.
 fn safety_net(t: &mut EpisodeTuner, predicted: Prediction, predicted_us: f64, realised: f64) {
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
     let Some(p) = &mut t.production else {
         return;
     };
-    let (alternative, alternative_realised, winner_realised, returned) =
-        match (p.trial.take(), p.tried.take()) {
-            (None, None) => {
-                if safety_net_holds(&mut t.prediction, predicted_us, us(realised)) {
-                    return;
-                }
-                if let Some(alternative) = p.alternative {
-                    p.start_trial(alternative, predicted, realised);
-                    return;
-                }
-                safety_net_settles(&mut t.prediction, None, false);
-                return dismiss(t, predicted_us, realised);
-            }
-            (Some((alternative, winner_realised)), _) => {
-                (alternative, realised, winner_realised, None)
-            }
-            (None, Some((alternative, alternative_realised, winner_realised))) => (
-                alternative,
-                alternative_realised,
-                winner_realised,
-                Some(realised),
-            ),
-        };
-    let min_gain = runtime::config().halo_tuning.min_gain;
-    let Some(kept) =
-        check::prediction_kept(winner_realised, returned, alternative_realised, min_gain)
-    else {
-        p.tried = Some((alternative, alternative_realised, winner_realised));
-        p.predicted = Some(predicted);
-        p.instances = 0;
-        return;
+    let Some(trial) = p.trial.take() else {
+        if safety_net_holds(&mut t.prediction, predicted_us, us(realised)) {
+            return;
+        }
+        if let Some(alternative) = p.alternative {
+            p.start_trial(alternative, predicted, realised);
+            return;
+        }
+        safety_net_settles(&mut t.prediction, None, false);
+        return dismiss(t, predicted_us, realised);
     };
+    let gain = trial::prediction_gain(runtime::config().halo_tuning.min_gain);
+    let around = match trial.ended(realised, gain) {
+        Ended::Judged(around) => around,
+        Ended::WinnerNext(trial) => {
+            p.trial = Some(trial);
+            p.predicted = Some(predicted);
+            p.instances = 0;
+            return;
+        }
+    };
+    let kept = !around.beaten_on_both_sides(gain);
     let tried = PredictionTrial {
-        codelet: CODELETS[alternative].name.to_string(),
-        measured_us: us(alternative_realised),
-        winner_after_us: returned.map(us),
+        codelet: CODELETS[around.codelet].name.to_string(),
+        measured_us: us(around.tried),
+        winner_after_us: around.after.map(us),
     };
     safety_net_settles(&mut t.prediction, Some(tried), kept);
     if !kept {
-        dismiss(
-            t,
-            predicted_us,
-            returned.map_or(winner_realised, |r| r.min(winner_realised)),
-        );
+        dismiss(t, predicted_us, around.winner_fastest());
     }
 }
 
@@ -640,10 +624,9 @@ fn self_check(t: &mut EpisodeTuner, predicted: Prediction, realised: f64) {
     };
     let winner = p.winner;
     let (winner_realised, runner_up_realised, verdict) = match p.trial.take() {
-        Some((_, winner_realised)) => {
-            let verdict =
-                predicted.judge_trial(winner_realised, realised, settings.min_gain, t.wrong);
-            (winner_realised, Some(realised), verdict)
+        Some(trial) => {
+            let verdict = predicted.judge_trial(trial.before, realised, settings.min_gain, t.wrong);
+            (trial.before, Some(realised), verdict)
         }
         None => match predicted.assess(realised, settings.min_gain) {
             Judgement::Trial(runner_up) => {
@@ -685,7 +668,6 @@ impl Production {
             winner,
             predicted,
             trial: None,
-            tried: None,
             replaced: None,
             alternative: None,
             instances: 0,
@@ -701,14 +683,14 @@ impl Production {
         }
     }
 
-    /// The codelet production runs: the winner, or the runner-up during its trial.
+    /// The codelet production runs: the winner, or the codelet on trial during its window.
     fn running(&self) -> usize {
-        self.trial.map_or(self.winner, |(runner_up, _)| runner_up)
+        self.trial.map_or(self.winner, |t| t.running(self.winner))
     }
 
     /// The winner realised `realised` and missed `predicted`: the runner-up runs the next window.
     fn start_trial(&mut self, runner_up: usize, predicted: Prediction, realised: f64) {
-        self.trial = Some((runner_up, realised));
+        self.trial = Some(Trial::new(runner_up, realised));
         self.predicted = Some(predicted);
         self.instances = 0;
     }
@@ -717,7 +699,8 @@ impl Production {
     /// posted natively): production goes back to the winner. Returns the prediction and the
     /// winner's realised time.
     fn end_unmeasured_trial(&mut self) -> Option<(Prediction, f64)> {
-        let (_, winner_realised) = self.trial?;
+        // The winner's own window after a safety net's trial is measured as any of the winner's.
+        let winner_realised = self.trial.filter(|t| t.tried.is_none())?.before;
         if self.instances <= 4 * check::window(runtime::config().halo_tuning.drift_interval) + 1 {
             return None;
         }

@@ -5,6 +5,7 @@
 
 use crate::mpi::datatype::MpiResult;
 use crate::mpi::{Comm, StartedMinMax};
+use commtune_tune::trial::Window;
 use commtune_tune::{Agreed, Timing};
 
 /// What a checkpoint found about the key each rank is at.
@@ -188,27 +189,24 @@ pub fn drift(comm: &Comm, ratio: f64) -> MpiResult<f64> {
     Ok(values[0] / f64::from(comm.size.max(1)))
 }
 
-/// A decision's realised time per call over ranks.
-#[derive(Clone, Copy, Debug)]
-pub struct Realised {
-    /// The slowest rank's, as search estimates are reduced: what every decision compares.
-    pub slowest: f64,
-    /// The least rank's, for the report: a rank's time in a call includes its wait for ranks
-    /// that arrive later, and the rank that usually arrives last waits least.
-    pub least: f64,
+/// A time per call on each rank (never negative) reduced to the slowest rank's, as search
+/// estimates are reduced: what every decision compares.
+pub fn slowest(comm: &Comm, time: f64) -> MpiResult<f64> {
+    let mut values = [time];
+    comm.allreduce_max_f64(&mut values)?;
+    Ok(values[0])
 }
 
-/// A decision's realised time per call on each rank (`ticks`, never negative) reduced over ranks.
-pub fn realised(comm: &Comm, ticks: f64) -> MpiResult<Realised> {
-    let [(slowest, least)] = max_min(comm, [ticks])?;
-    Ok(Realised { slowest, least })
-}
-
-/// A trial window's realised time per call on each rank (`ticks`) reduced as `realised`, and
-/// the calls' share of the window's time there (`check::call_share`) to its least over ranks.
-pub fn trial(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<(Realised, f64)> {
-    let [(slowest, least), (_, share)] = max_min(comm, [ticks, call_share])?;
-    Ok((Realised { slowest, least }, share))
+/// A production window's realised time per call on each rank (`ticks`, never negative) reduced to
+/// the slowest rank's and the least's, and the calls' share of the window's time there
+/// (`check::call_share`) to its least over ranks: what a self-check and its trials compare.
+pub fn window(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<Window> {
+    let [(realised, least), (_, call_share)] = max_min(comm, [ticks, call_share])?;
+    Ok(Window {
+        realised,
+        least,
+        call_share,
+    })
 }
 
 /// A non-negative number as an integer that orders as the number does (its bits); NaN, -0 and

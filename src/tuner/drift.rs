@@ -1,25 +1,26 @@
-//! Checks of keys in production. The first after a prediction from the history is the safety
-//! net: the predicted winner's measured time against the predicted time, and after a miss a
-//! trial of `native` (of the prediction's runner-up where native is the winner), which keeps
-//! the prediction unless it does clearly better (`check::prediction_beaten`). The first after a
+//! Checks of keys in production. The first after a prediction from the history is the safety net:
+//! the predicted winner's measured time against the predicted time, and after a miss a trial of
+//! `native` (of the prediction's runner-up where native is the winner), which keeps the prediction
+//! unless it does clearly better (`trial::Around::beaten_on_both_sides`). The first after a
 //! search's decision is the self-check: the winner's realised time against what the search
 //! predicted, timed as the search timed and reduced over ranks alike; a decision it finds clearly
-//! wrong reopens the search once with the other timing, and a second wrong one keeps the
-//! runner-up that beat it in production. Later ones are drift checks (`check::Drift`): the median
-//! of the window before each check against the first window's, reduced over ranks; a search
-//! reopens after strikes in a row. They are lead checks too (`lead_check`): the window's mean
-//! against what production last measured of the search's other best codelets.
+//! wrong reopens the search once with the other timing, and a second wrong one keeps the runner-up
+//! that beat it in production. Later ones are drift checks (`check::Drift`): the median of the
+//! window before each check against the first window's, reduced over ranks; a search reopens after
+//! strikes in a row. They are lead checks too (`lead_check`): the window's mean against what
+//! production last measured of the search's other best codelets.
 
 use commtune_report::PredictionTrial;
 use commtune_tune::Timing;
 use commtune_tune::check::{self, AfterTrial, Judgement, Prediction, Verdict};
 use commtune_tune::timeline::Mark;
+use commtune_tune::trial::{self, Ended, Trial, Window};
 
 use super::search::{candidates, search_step, start_search, trace};
 
 use super::state::{
-    CONFIRMED, CommTunerState, DISMISSED, KEPT, Phase, Production, Trial, Trialled, Tried,
-    TunerState, safety_net_holds, safety_net_settles, verifying,
+    CONFIRMED, CommTunerState, DISMISSED, KEPT, Phase, Production, Trialled, TunerState,
+    safety_net_holds, safety_net_settles, verifying,
 };
 use super::{SlowCall, Step, consensus, knowledge};
 use crate::codelets::{self, Operation};
@@ -38,29 +39,22 @@ pub(super) fn drift_check<C: Operation>(
         return None;
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
-    if let Some(trial) = p.trial {
+    if let Some(trialled) = p.trial {
         let now = clock::now();
-        let realised = check::realised(trial.timing(), p.window_start, &p.window, now);
-        return match trial.of {
-            Trialled::Decision { predicted, tried } => {
+        let realised = check::realised(trialled.timing(), p.window_start, &p.window, now);
+        return match trialled {
+            Trialled::Decision { trial, predicted } => {
                 let share = check::call_share(p.window_start, &p.window, now);
-                let (realised, call_share) =
-                    consensus::trial(&comm.private?, realised, share).ok()?;
-                let window = Tried {
-                    codelet: trial.codelet,
-                    realised: realised.slowest,
-                    least: realised.least,
-                    call_share,
-                };
-                trial_check(at, comm, key, trial, predicted, tried, window)
+                let window = consensus::window(&comm.private?, realised, share).ok()?;
+                trial_check(at, comm, key, trial, predicted, window)
             }
             Trialled::Prediction {
+                trial,
+                timing,
                 predicted_us,
-                alternative,
-                ..
             } => {
                 let measured_us = agreed_us(comm, realised)?;
-                safety_net_trial(at, comm, key, trial, predicted_us, alternative, measured_us)
+                safety_net_trial(at, comm, key, trial, timing, predicted_us, measured_us)
             }
         };
     }
@@ -80,18 +74,17 @@ pub(super) fn drift_check<C: Operation>(
     if p.drift.baseline.is_none()
         && let Some(predicted) = p.predicted
     {
-        let realised = check::realised(predicted.timing, p.window_start, &p.window, clock::now());
-        let agreed = consensus::realised(&comm.private?, realised).ok()?;
-        let realised = agreed.slowest;
-        // Timed by periods, every rank's time is nearly the same: no rank waits less.
-        let least = (predicted.timing != Timing::Period).then_some(agreed.least);
+        let now = clock::now();
+        let realised = check::realised(predicted.timing, p.window_start, &p.window, now);
+        let share = check::call_share(p.window_start, &p.window, now);
+        let window = consensus::window(&comm.private?, realised, share).ok()?;
         // A calibration (`commtune calibrate`) records what its search measured, timed as it
         // was asked to: its self-check measures production for the entry but never tries
         // another codelet nor searches again (with another timing, which it would discard).
         let judgement = if runtime::config().calibrate {
             Judgement::Verdict(Verdict::Kept)
         } else {
-            predicted.assess_race(realised, settings.min_gain)
+            predicted.assess_race(window.realised, settings.min_gain)
         };
         match judgement {
             Judgement::Trial(runner_up) => {
@@ -100,24 +93,18 @@ pub(super) fn drift_check<C: Operation>(
                     format!(
                         "self-check: predicted {:.0} us, realised {:.0} us",
                         us(predicted.winner),
-                        us(realised)
+                        us(window.realised)
                     )
                 });
-                let trial = Trial {
-                    codelet: runner_up,
-                    winner_realised: realised,
-                    winner_least: least,
-                    of: Trialled::Decision {
-                        predicted,
-                        tried: None,
-                    },
+                let trial = Trialled::Decision {
+                    trial: Trial::new(runner_up, window),
+                    predicted,
                 };
                 start_trial(at, key, trial);
                 return None;
             }
             Judgement::Verdict(verdict) => {
-                let realised = (realised, least);
-                if let Some(step) = judged(at, comm, key, predicted, realised, None, verdict) {
+                if let Some(step) = judged(at, comm, key, predicted, window, None, verdict) {
                     return Some(step);
                 }
             }
@@ -195,9 +182,7 @@ fn search_again<C: Operation>(
 /// tests/calibrate.rs a 100-call run ended with its prediction still verifying. It saved about
 /// 50 us of an 8-byte second run on the 1 Gbit/s rig, within that benchmark's noise.
 fn agreed_us(comm: &CommTunerState, ticks: f64) -> Option<f64> {
-    consensus::realised(&comm.private?, ticks * clock::ns_per_tick() * 1e-3)
-        .ok()
-        .map(|r| r.slowest)
+    consensus::slowest(&comm.private?, ticks * clock::ns_per_tick() * 1e-3).ok()
 }
 
 /// The safety net of a key that started from the history's prediction: its winner's measured
@@ -230,15 +215,10 @@ fn safety_net<C: Operation>(
         return None;
     }
     if let Some(codelet) = p.alternative {
-        let trial = Trial {
-            codelet,
-            winner_realised: measured_us,
-            winner_least: None,
-            of: Trialled::Prediction {
-                timing: key.timing(),
-                predicted_us,
-                alternative: None,
-            },
+        let trial = Trialled::Prediction {
+            trial: Trial::new(codelet, measured_us),
+            timing: key.timing(),
+            predicted_us,
         };
         start_trial(at, key, trial);
         return None;
@@ -248,77 +228,72 @@ fn safety_net<C: Operation>(
 }
 
 /// The safety net's trial of its alternative (`Production::alternative`) after the predicted
-/// winner missed `predicted_us`: the window that just ended, of `measured_us` per call (agreed),
-/// was the alternative's (`alternative` None) or the winner's after it (`alternative`: the
-/// alternative and its time). An alternative that does not do clearly better than the winner
-/// in the windows around its trial keeps the prediction (`check::prediction_kept`: the machine
-/// is slower than when the history measured the winner, not the winner alone); otherwise it is
-/// dismissed and the key is searched (returns the search step).
+/// winner missed `predicted_us` (its windows timed with `timing`): the window that just ended,
+/// of `measured_us` per call (agreed), was the alternative's or the winner's after it. An
+/// alternative that does not do clearly better than the winner in the windows around its trial
+/// (`trial::Around::beaten_on_both_sides`) keeps the prediction: the machine is slower than when
+/// the history measured the winner, not the winner alone. Otherwise it is dismissed and the key
+/// is searched (returns the search step).
 fn safety_net_trial<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
-    trial: Trial,
+    trial: Trial<f64>,
+    timing: Timing,
     predicted_us: f64,
-    alternative: Option<(usize, f64)>,
     measured_us: f64,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
     };
     let winner = p.winner;
-    let (alternative, alternative_us, returned) = match alternative {
-        Some((codelet, us)) => (codelet, us, Some(measured_us)),
-        None => (trial.codelet, measured_us, None),
-    };
-    let min_gain = runtime::config().tuning.min_gain;
+    let gain = trial::prediction_gain(runtime::config().tuning.min_gain);
     let names = codelets::names(at.entry.op);
-    let Some(kept) =
-        check::prediction_kept(trial.winner_realised, returned, alternative_us, min_gain)
-    else {
-        trace(at.entry, || {
-            format!(
-                "safety net's trial of {}: measured {alternative_us:.1} us against the \
-                 winner's {:.1} us: {} runs a window again",
-                names[alternative], trial.winner_realised, names[winner]
-            )
-        });
-        let again = Trial {
-            codelet: winner,
-            of: Trialled::Prediction {
-                timing: trial.timing(),
+    let around = match trial.ended(measured_us, gain) {
+        Ended::Judged(around) => around,
+        Ended::WinnerNext(trial) => {
+            trace(at.entry, || {
+                format!(
+                    "safety net's trial of {}: measured {measured_us:.1} us against the \
+                     winner's {:.1} us: {} runs a window again",
+                    names[trial.codelet], trial.before, names[winner]
+                )
+            });
+            let again = Trialled::Prediction {
+                trial,
+                timing,
                 predicted_us,
-                alternative: Some((alternative, alternative_us)),
-            },
-            ..trial
-        };
-        start_trial(at, key, again);
-        return None;
+            };
+            start_trial(at, key, again);
+            return None;
+        }
     };
+    let kept = !around.beaten_on_both_sides(gain);
     end_trial(at, p);
     trace(at.entry, || {
         format!(
-            "safety net's trial of {}: measured {alternative_us:.1} us against the winner's \
-             {:.1} us{}: {}",
-            names[alternative],
-            trial.winner_realised,
-            returned.map_or(String::new(), |us| format!(" and {us:.1} us after it")),
+            "safety net's trial of {}: measured {:.1} us against the winner's {:.1} us{}: {}",
+            names[around.codelet],
+            around.tried,
+            around.before,
+            around
+                .after
+                .map_or(String::new(), |us| format!(" and {us:.1} us after it")),
             if kept { KEPT } else { DISMISSED }
         )
     });
     let tried = PredictionTrial {
-        codelet: names[alternative].to_string(),
-        measured_us: alternative_us,
-        winner_after_us: returned,
+        codelet: names[around.codelet].to_string(),
+        measured_us: around.tried,
+        winner_after_us: around.after,
     };
     safety_net_settles(&mut key.prediction, Some(tried), kept);
     if kept {
-        p.realised_us = Some(trial.winner_realised);
+        p.realised_us = Some(around.before);
         knowledge::learn(at.entry, key);
         return None;
     }
-    let winner_us = returned.map_or(trial.winner_realised, |us| us.min(trial.winner_realised));
-    dismissed(at, comm, key, winner_us / predicted_us)
+    dismissed(at, comm, key, around.winner_fastest() / predicted_us)
 }
 
 /// The safety net dismissed the key's prediction, whose winner measured `ratio` times the
@@ -360,7 +335,7 @@ fn lead_check<C: Operation>(
     if p.lead.is_alone() {
         return Some(false);
     }
-    let realised = consensus::realised(&comm.private?, window).ok()?.slowest;
+    let realised = consensus::slowest(&comm.private?, window).ok()?;
     if realised <= 0.0 {
         return Some(false);
     }
@@ -424,7 +399,7 @@ fn drift_ratio(p: &mut Production) -> f64 {
 /// (`trial_check` after a search: the trial replaces the search's estimate of the runner-up,
 /// which shares whatever made the winner's miss, as a barrier before every sample hides the
 /// skew production calls wait for; `safety_net_trial` after a prediction).
-fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Trial) {
+fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Trialled) {
     let Phase::Production(p) = &mut key.phase else {
         return;
     };
@@ -433,12 +408,18 @@ fn start_trial<C: Operation>(at: &SlowCall<C>, key: &mut TunerState, trial: Tria
     p.window.clear();
     p.window_start = None;
     let check_at = at.k + check::first_check(runtime::config().tuning.drift_interval);
-    at.tuner.run(trial.codelet, check_at);
+    let running = trial.running(p.winner);
+    at.tuner.run(running, check_at);
     let names = codelets::names(at.entry.op);
     trace(at.entry, || {
+        let whose = if running == p.winner {
+            "the winner's after the trial"
+        } else {
+            "the trial's"
+        };
         format!(
-            "self-check of {}: a window of {}",
-            names[p.winner], names[trial.codelet]
+            "self-check of {}: a window of {} ({whose})",
+            names[p.winner], names[running]
         )
     });
 }
@@ -453,19 +434,17 @@ fn end_trial<C: Operation>(at: &SlowCall<C>, p: &mut Production) {
         .run(p.winner, at.k + runtime::config().tuning.drift_interval);
 }
 
-/// Judges the decision after a window of its trial (`window`: the codelet on trial's, or,
-/// with `tried`, the winner's after it; agreed ticks per call, the calls' share of the window's
-/// time where least); production goes back to the winner unless the decision was wrong, or the
-/// winner runs its window after the trial first (`check::winner_around_trial`). Returns the
+/// Judges the decision after a window of its trial (`window`: the codelet on trial's, or the
+/// winner's after it; agreed); production goes back to the winner unless the decision was wrong,
+/// or the winner runs its window after the trial first (`trial::Trial::ended`). Returns the
 /// search step when the search reopens.
 fn trial_check<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
-    trial: Trial,
+    trial: Trial<Window>,
     predicted: Prediction,
-    tried: Option<Tried>,
-    window: Tried,
+    window: Window,
 ) -> Option<Step> {
     let Phase::Production(p) = &mut key.phase else {
         return None;
@@ -473,50 +452,28 @@ fn trial_check<C: Operation>(
     let min_gain = runtime::config().tuning.min_gain;
     let names = codelets::names(at.entry.op);
     let us = |ticks: f64| ticks * clock::ns_per_tick() * 1e-3;
-    // The codelet on trial's window, and the winner's after it if this window was that one.
-    let (tried, winner_after) = match tried {
-        Some(tried) => (tried, Some(window)),
-        None => (window, None),
-    };
-    let after_trial = winner_after.map(|w| w.realised);
-    // The least rank's time, for the report, over the same windows as the winner's time.
-    let winner_least = trial
-        .winner_least
-        .map(|before| winner_after.map_or(before, |w| (before + w.least) / 2.0));
-    let Some(winner_realised) =
-        check::winner_around_trial(trial.winner_realised, tried.realised, after_trial, min_gain)
-    else {
-        trace(at.entry, || {
-            format!(
-                "trial of {}: realised {:.0} us against the winner's {:.0} us: {} runs a \
-                 window again",
-                names[tried.codelet],
-                us(tried.realised),
-                us(trial.winner_realised),
-                names[p.winner]
-            )
-        });
-        let again = Trial {
-            codelet: p.winner,
-            of: Trialled::Decision {
-                predicted,
-                tried: Some(tried),
-            },
-            ..trial
-        };
-        start_trial(at, key, again);
-        return None;
+    let around = match trial.ended(window, min_gain) {
+        Ended::Judged(around) => around,
+        Ended::WinnerNext(trial) => {
+            trace(at.entry, || {
+                format!(
+                    "trial of {}: realised {:.0} us against the winner's {:.0} us: {} runs a \
+                     window again",
+                    names[trial.codelet],
+                    us(window.realised),
+                    us(trial.before.realised),
+                    names[p.winner]
+                )
+            });
+            start_trial(at, key, Trialled::Decision { trial, predicted });
+            return None;
+        }
     };
     end_trial(at, p);
-    p.lead.measured(p.winner, winner_realised);
-    p.lead.measured(tried.codelet, tried.realised);
-    let after = predicted.after_trial(
-        winner_realised,
-        tried.realised,
-        min_gain,
-        key.wrong,
-        tried.call_share,
-    );
+    let winner_time = around.winner_mean();
+    p.lead.measured(p.winner, winner_time.realised);
+    p.lead.measured(around.codelet, around.tried.realised);
+    let after = predicted.after_trial(&around, min_gain, key.wrong);
     trace(at.entry, || {
         let outcome = match after {
             AfterTrial::Trial(codelet, _) => format!("kept, {} next", names[codelet]),
@@ -525,58 +482,48 @@ fn trial_check<C: Operation>(
         format!(
             "trial of {}: realised {:.0} us against the winner's {:.0} us{}, calls {:.0} % of \
              the window: {outcome}",
-            names[tried.codelet],
-            us(tried.realised),
-            us(trial.winner_realised),
-            after_trial.map_or(String::new(), |t| format!(" and {:.0} us after it", us(t))),
-            tried.call_share * 100.0,
+            names[around.codelet],
+            us(around.tried.realised),
+            us(around.before.realised),
+            around.after.map_or(String::new(), |w| format!(
+                " and {:.0} us after it",
+                us(w.realised)
+            )),
+            around.tried.call_share * 100.0,
         )
     });
     let verdict = match after {
         AfterTrial::Trial(codelet, next) => {
             // The third is judged against the winner's latest window (and the one after it, if
             // it beats that one).
-            let trial = Trial {
-                codelet,
-                winner_realised: after_trial.unwrap_or(trial.winner_realised),
-                winner_least: trial
-                    .winner_least
-                    .map(|before| winner_after.map_or(before, |w| w.least)),
-                of: Trialled::Decision {
-                    predicted: next,
-                    tried: None,
-                },
+            let trial = Trialled::Decision {
+                trial: Trial::new(codelet, around.latest()),
+                predicted: next,
             };
             start_trial(at, key, trial);
             return None;
         }
         AfterTrial::Verdict(verdict) => verdict,
     };
-    judged(
-        at,
-        comm,
-        key,
-        predicted,
-        (winner_realised, winner_least),
-        Some(tried.realised),
-        verdict,
-    )
+    let tried = Some(around.tried.realised);
+    judged(at, comm, key, predicted, winner_time, tried, verdict)
 }
 
 /// Acts on the self-check's `verdict` on the decision whose winner realised `realised` (agreed
-/// ticks per call, with the least rank's for the report; the runner-up `runner_up_realised` if
-/// it was on trial), and reports it: a
-/// kept decision is what the history and the rest of the run learn; a wrong one reopens the
-/// search (returns its step) or settles on the runner-up that beat it, which they learn
-/// instead, with the two codelets' realised times. Either way the lead checks to come hold
-/// the winner's realised time, and the others' estimates shifted by its miss
-/// (`check::Lead::shift_estimates`).
+/// ticks per call, with the least rank's for the report: its window's, or its time around a trial;
+/// the runner-up `runner_up_realised` if it was on trial), and reports it: a kept decision is what
+/// the history and the rest of the run learn; a wrong one reopens the search (returns its step) or
+/// settles on the runner-up that beat it, which they learn instead, with the two codelets' realised
+/// times. Either way the lead checks to come hold the winner's realised time, and the others'
+/// estimates shifted by its miss (`check::Lead::shift_estimates`).
 fn judged<C: Operation>(
     at: &SlowCall<C>,
     comm: &mut CommTunerState,
     key: &mut TunerState,
     predicted: Prediction,
-    (realised, least): (f64, Option<f64>),
+    Window {
+        realised, least, ..
+    }: Window,
     runner_up_realised: Option<f64>,
     verdict: Verdict,
 ) -> Option<Step> {
@@ -584,7 +531,9 @@ fn judged<C: Operation>(
     let names = codelets::names(at.entry.op);
     let ns_per_tick = clock::ns_per_tick();
     let mut check = predicted.report(realised, runner_up_realised, verdict, &names, ns_per_tick);
-    check.least_rank_us = least.map(|ticks| ticks * ns_per_tick * 1e-3);
+    // Timed by periods, every rank's time is nearly the same: no rank waits less.
+    check.least_rank_us =
+        (predicted.timing != Timing::Period).then_some(least * ns_per_tick * 1e-3);
     key.check = Some(check);
     let Phase::Production(p) = &mut key.phase else {
         return None;

@@ -22,6 +22,7 @@ use commtune_tune::report::{
 };
 use commtune_tune::sampling::Sampler;
 use commtune_tune::timeline::Timeline;
+use commtune_tune::trial::{Trial, Window};
 use commtune_tune::{Agreed, Candidate, Plan, Timing};
 use rustc_hash::FxBuildHasher;
 
@@ -470,8 +471,8 @@ pub fn safety_net_holds(
 }
 
 /// The safety net's verdict on a prediction whose winner missed (`safety_net_holds`), after the
-/// `trial` of an alternative (`check::beaten`) or without one: `kept`, or dismissed (it saved
-/// no search then).
+/// `trial` of an alternative (`trial::Around::beaten_on_both_sides`) or without one: `kept`, or
+/// dismissed (it saved no search then).
 pub fn safety_net_settles(
     prediction: &mut Option<HistoryPrediction>,
     trial: Option<PredictionTrial>,
@@ -572,7 +573,7 @@ pub struct Production {
     /// decision as production corrected it (`commtune_history::Replaced`).
     pub replaced: Option<(usize, f64)>,
     /// The codelet on trial, after the winner missed its prediction or won a close race.
-    pub trial: Option<Trial>,
+    pub trial: Option<Trialled>,
     /// What the safety net tries when the history's predicted winner misses its time: native,
     /// or for a predicted native the prediction's runner-up (None: dismissed at once).
     pub alternative: Option<usize>,
@@ -583,62 +584,43 @@ pub struct Production {
     pub lead_strikes: u32,
 }
 
-/// A codelet on trial: the winner missed what was predicted or won a close race, so another
-/// codelet runs a window of production calls before the decision is judged (`drift`).
-#[derive(Clone, Copy, Debug)]
-pub struct Trial {
-    /// The codelet the window runs: the one on trial, or the winner again after the codelet on
-    /// trial beat it (`Trialled::Decision`'s `tried`, `Trialled::Prediction`'s `alternative`).
-    pub codelet: usize,
-    /// The winner's realised time per call, agreed: clock ticks after a search (its estimates'
-    /// unit), microseconds after a history prediction (its predicted time's, which every rank
-    /// shares while clock ticks differ a little between ranks).
-    pub winner_realised: f64,
-    /// The least rank's realised time of the winner (clock ticks), where a search's self-check
-    /// measured it: for the report (`SelfCheck::least_rank_us`).
-    pub winner_least: Option<f64>,
-    pub of: Trialled,
-}
-
-/// What a trial checks.
+/// A codelet on trial (`commtune_tune::trial`): the winner missed what was predicted or won a
+/// close race, so another codelet runs a window of production calls, between windows of the
+/// winner's, before what the trial checks is judged (`drift`).
 #[derive(Clone, Copy, Debug)]
 pub enum Trialled {
-    /// A search's decision, with what the search predicted (the self-check): the runner-up
-    /// runs; then, if it beat the winner's window before it, the winner runs one more
-    /// (`check::winner_around_trial`), with `tried` what the runner-up's window measured.
+    /// A search's decision, with what the search predicted (the self-check): the runner-up (or
+    /// the race's third) on trial, windows agreed in clock ticks per call, the estimates' unit.
     Decision {
+        trial: Trial<Window>,
         predicted: Prediction,
-        tried: Option<Tried>,
     },
     /// A prediction from the history of `predicted_us` per call (the safety net): its
-    /// alternative runs, its window timed with `timing`; then, if the alternative beat the
-    /// winner (`check::prediction_kept`), the winner runs one more window, with `alternative`
-    /// the alternative (registry index) and its time per call (microseconds, agreed).
+    /// alternative on trial, windows timed with `timing` and agreed in microseconds per call,
+    /// the predicted time's unit, which every rank shares while clock ticks differ a little
+    /// between ranks.
     Prediction {
+        trial: Trial<f64>,
         timing: Timing,
         predicted_us: f64,
-        alternative: Option<(usize, f64)>,
     },
 }
 
-/// What the window of a codelet on trial measured, agreed over ranks.
-#[derive(Clone, Copy, Debug)]
-pub struct Tried {
-    /// Registry index.
-    pub codelet: usize,
-    /// Clock ticks per call: the slowest rank's, and the least rank's (for the report).
-    pub realised: f64,
-    pub least: f64,
-    /// The calls' share of the window's time on the rank where it was least.
-    pub call_share: f64,
-}
-
-impl Trial {
-    /// How the trial's window is timed.
+impl Trialled {
+    /// How the trial's windows are timed.
     pub fn timing(&self) -> Timing {
-        match self.of {
+        match self {
             Trialled::Decision { predicted, .. } => predicted.timing,
-            Trialled::Prediction { timing, .. } => timing,
+            Trialled::Prediction { timing, .. } => *timing,
+        }
+    }
+
+    /// The codelet production runs: the one on trial, or the winner (`winner`) for its window
+    /// after it.
+    pub fn running(&self, winner: usize) -> usize {
+        match self {
+            Trialled::Decision { trial, .. } => trial.running(winner),
+            Trialled::Prediction { trial, .. } => trial.running(winner),
         }
     }
 }
@@ -667,8 +649,8 @@ impl Production {
         }
     }
 
-    /// The codelet production runs: the winner, or the runner-up on trial.
+    /// The codelet production runs: the winner, or the codelet on trial.
     pub fn running(&self) -> usize {
-        self.trial.map_or(self.winner, |t| t.codelet)
+        self.trial.map_or(self.winner, |t| t.running(self.winner))
     }
 }

@@ -8,6 +8,7 @@ use commtune_report::SelfCheck;
 
 use crate::settings::Timing;
 use crate::timeline::Mark;
+use crate::trial::{Around, Window, beaten};
 
 /// A decision is wrong when the winner's realised time exceeds its prediction by more than this
 /// share and also exceeds the runner-up's prediction (by more than the minimum gain): a winner
@@ -144,96 +145,6 @@ pub fn prediction_holds(predicted_us: f64, measured_us: f64, pmax: f64) -> bool 
     measured_us <= predicted_us * (1.0 + pmax) + PREDICTION_FLOOR_US
 }
 
-/// Whether a codelet that realised `alternative` per call in a trial window did clearly better
-/// (by more than `min_gain`) than the one that realised `realised` in the window before it.
-///
-/// A trial is how a check tells a codelet's miss from the machine's. The self-check tries the
-/// search's runner-up after the winner missed its estimate (`Prediction::judge_trial`); the
-/// safety net tries an alternative after a predicted winner missed its predicted time, which
-/// another job measured: on a machine shared with other jobs the same codelet takes 10 to 16 %
-/// longer from one run to the next (the 10 Gbit/s rig's halo, Open MPI on shared memory), more
-/// than COMMTUNE_PMAX, so the predictions of second runs were dismissed and searched again, and
-/// those runs took 1.18 to 1.20 times native's time against 1.06 to 1.11 for the first runs.
-/// A predicted winner that the alternative does not beat stays: a search would find it again.
-pub fn beaten(realised: f64, alternative: f64, min_gain: f64) -> bool {
-    alternative < realised * (1.0 - min_gain)
-}
-
-/// The least share by which the safety net's alternative must beat a predicted winner in its
-/// trial window to dismiss the prediction (`prediction_beaten`). A prediction stands on the
-/// history's search, one window of production against it: at 8 bytes on the 1 Gbit/s rig, in
-/// second runs of a 400-call alltoall, native's trial window measured 5.5, 7 and 11 % less
-/// than the predicted `linear`'s window before it (3 of 4 runs), and each of those dismissals
-/// searched again at a cost of more than the gain.
-pub const PREDICTION_TRIAL_GAIN: f64 = 0.1;
-
-/// Whether the safety net's alternative, which realised `alternative` per call in its trial,
-/// did clearly better than the predicted winner's `realised`: by more than `min_gain` and
-/// `PREDICTION_TRIAL_GAIN`.
-pub fn prediction_beaten(realised: f64, alternative: f64, min_gain: f64) -> bool {
-    beaten(realised, alternative, min_gain.max(PREDICTION_TRIAL_GAIN))
-}
-
-/// The winner's time per call that a collective's trial is judged by (`Prediction::after_trial`),
-/// from the winner's window before the trial (`before`), the codelet on trial's (`tried`) and
-/// the winner's window after it (`after`, None: not run yet): None while the winner must run
-/// that window first, which it does where the codelet on trial did better than `before` (by
-/// more than `min_gain`); then the mean of the two. Like the safety net's trials, the winner runs
-/// a window after the trial; unlike them (`prediction_kept`, which asks to beat both), the
-/// trial is judged against the two windows' mean: in replays of tests/data, the faster of the
-/// winner's windows had made the rig's 64 KiB alltoall 1.375 times the best codelet at 400
-/// calls, their mean 1.329, one window 1.302 (an older library, 29 November 2026): native's
-/// tail shows in fewer windows than not. A third codelet of a close race tried after a trial
-/// without a window after it is compared with the winner's window two windows before it, and,
-/// if it beats that one, the mean falls half a window before it. A trial's window comes after the winner's,
-/// and a tight loop's calls get faster over its first hundreds: on the 1 Gbit/s rig, in
-/// 400-call loops of an 8-byte alltoall (6 runs with every call traced, 6 December 2026),
-/// native's calls came 121 to 178 us apart over the first 16, 104 to 139 over the next 16, and
-/// 84 to 97 after call 150. Judged by the window before alone, a trial replaced the winner in
-/// 7 of 15 runs (its window 2.5 to 8.6 % under the winner's), and those runs went on with
-/// `linear_sync8`, `linear_sync4` or `linear`, which forced alone take 1.10 to 1.16 times
-/// native's time. The windows before and after the trial take a steady trend out of the
-/// comparison; a codelet on trial that does not beat the window before costs no window more.
-pub fn winner_around_trial(
-    before: f64,
-    tried: f64,
-    after: Option<f64>,
-    min_gain: f64,
-) -> Option<f64> {
-    match after {
-        Some(after) => Some((before + after) / 2.0),
-        None if beaten(before, tried, min_gain) => None,
-        None => Some(before),
-    }
-}
-
-/// The safety net's verdict on a prediction whose winner missed, realising `winner` per call in
-/// the window before its alternative's trial, `returned` in the window after it (None: not run
-/// yet), where the alternative realised `alternative`: whether the prediction is kept, or None
-/// while the winner must run that window after the trial first.
-///
-/// An alternative that beat the winner's window is judged against the winner's next window
-/// too, and must beat both (the windows around the trial, as an A-B-A comparison, also cancel
-/// a trend): the window that missed the prediction can hold a lost time slice that the
-/// trial's has not. In second runs of 400-call 8-byte collectives on the 1 Gbit/s rig, the
-/// prediction (native, measured within 1 % of forced native alone) missed and was dismissed in
-/// 2 of 11 alltoall runs (one window measured 88 us against 43 predicted, one call of 1 ms in
-/// it) and 2 of 7 allgatherv runs (42.6 us against 37.7, then `bruck` 38.1 in its trial), and
-/// each dismissal searched at a cost of about a tenth of the run.
-pub fn prediction_kept(
-    winner: f64,
-    returned: Option<f64>,
-    alternative: f64,
-    min_gain: f64,
-) -> Option<bool> {
-    let beaten = |winner| prediction_beaten(winner, alternative, min_gain);
-    match returned {
-        _ if !beaten(winner) => Some(true),
-        None => None,
-        Some(returned) => Some(!beaten(returned)),
-    }
-}
-
 /// What the self-check makes of a decision (`Prediction::assess`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Judgement {
@@ -247,7 +158,7 @@ pub enum Judgement {
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum AfterTrial {
     /// This codelet (registry index), the runner-up of this prediction, runs a window next,
-    /// against the winner's latest window (`winner_around_trial`).
+    /// against the winner's latest window (`Around::latest`).
     Trial(usize, Prediction),
     Verdict(Verdict),
 }
@@ -306,7 +217,7 @@ impl Verdict {
 
 /// A search timed by `period` measures the application's work between calls with the calls:
 /// where the calls take less than this share of it on some rank (the least over ranks,
-/// `consensus::trial`), a codelet's difference is a small part of each sample, within that
+/// `consensus::window`), a codelet's difference is a small part of each sample, within that
 /// work's own variation. In LAMMPS on the 1 Gbit/s rig (`bench/in.lj`, 4 hosts), the 4-byte
 /// allreduce of `Neighbor::check_distance` took about 2 % of its 7.4 ms period; reopened with
 /// `period` after its winner and runner-up both missed their estimates in production, the
@@ -445,38 +356,31 @@ impl Prediction {
     /// What follows a collective's trial (`judge_trial`'s arguments): the verdict, or, where
     /// the trial kept the decision and the race's third is in it too, the third's trial.
     ///
-    /// `realised` is the winner's time around the trial (`winner_around_trial`): the mean of
-    /// its windows before and after a trial that beat the one before. The traces of tests/data
-    /// hold no trend, and there the second window only adds noise: replayed (library defaults,
-    /// 40 replays), the median over keys went from 1.089 to 1.093 times the best codelet at 400
-    /// calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall from 1.120 to 1.151 and
-    /// from 1.030 to 1.048 (native's tail, which its search's robust estimates left out, shows
-    /// in fewer windows than not), shared memory's 16-byte alltoall from 1.751 to 1.834 at 400
-    /// calls. On the rig, where loops do speed up, 15 alternating runs of 400-call 8-byte
-    /// loops each: the alltoall kept native in 10 runs against 4 (a trial replaced the winner in
-    /// 2 against 7), the allreduce ran `linear`, its best codelet, in 15 against 14; their
-    /// times, paired with the build before, 0.992 and 0.998 (6 December 2026).
+    /// `around` is the trial's windows: the winner's time is its time around the trial
+    /// (`Around::winner_mean`), the mean of its windows before and after a trial that beat the one
+    /// before. The traces of tests/data hold no trend, and there the second window only adds noise:
+    /// replayed (library defaults, 40 replays), the median over keys went from 1.089 to 1.093 times
+    /// the best codelet at 400 calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall
+    /// from 1.120 to 1.151 and from 1.030 to 1.048 (native's tail, which its search's robust
+    /// estimates left out, shows in fewer windows than not), shared memory's 16-byte alltoall from
+    /// 1.751 to 1.834 at 400 calls. On the rig, where loops do speed up, 15 alternating runs of
+    /// 400-call 8-byte loops each: the alltoall kept native in 10 runs against 4 (a trial replaced
+    /// the winner in 2 against 7), the allreduce ran `linear`, its best codelet, in 15 against 14;
+    /// their times, paired with the build before, 0.992 and 0.998 (6 December 2026).
     ///
-    /// `call_share`: the calls' share of the trial window's time on the rank where it was
-    /// least (`check::call_share`, agreed by `consensus::trial`). A search with `period` timing
-    /// is not reopened where the calls are less than `PERIOD_RESOLVES` of it: the runner-up that
-    /// beat the winner in production is kept instead.
-    pub fn after_trial(
-        &self,
-        realised: f64,
-        runner_up_realised: f64,
-        min_gain: f64,
-        wrong: u32,
-        call_share: f64,
-    ) -> AfterTrial {
-        let verdict = self.judge_trial(realised, runner_up_realised, min_gain, wrong);
+    /// A search with `period` timing is not reopened where the calls are less than
+    /// `PERIOD_RESOLVES` of the trial window's time (its `call_share`): the runner-up that beat
+    /// the winner in production is kept instead.
+    pub fn after_trial(&self, around: &Around<Window>, min_gain: f64, wrong: u32) -> AfterTrial {
+        let (winner, tried) = (around.winner_mean().realised, around.tried.realised);
+        let verdict = self.judge_trial(winner, tried, min_gain, wrong);
         match (verdict, self.runner_up) {
             (Verdict::Kept, _) => match self.next_in_race() {
                 Some((codelet, next)) => AfterTrial::Trial(codelet, next),
                 None => AfterTrial::Verdict(Verdict::Kept),
             },
             (Verdict::Reopen(Timing::Period), Some((runner_up, _)))
-                if call_share < PERIOD_RESOLVES =>
+                if around.tried.call_share < PERIOD_RESOLVES =>
             {
                 AfterTrial::Verdict(Verdict::RunnerUp(runner_up))
             }
@@ -491,22 +395,21 @@ impl Prediction {
     }
 
     /// Judges a decision after its runner-up ran in production for a window and realised
-    /// `runner_up_realised` against the winner's `realised` (a collective's: its time around
-    /// the trial, `winner_around_trial`, so a winner that missed in the window before the trial
-    /// may not have missed on that mean, and a trial that beats it then replaces it instead of
-    /// searching again). After a close race the runner-up
-    /// replaces the winner when it does clearly better. After a miss (`assess`), a miss can be
-    /// the search's, not the decision's: samples after a barrier are faster than production
-    /// calls for every codelet alike (on the 1 Gbit/s rig, alltoall's linear_sync codelets
-    /// realise 1.2 to 1.3 times their samples), so the winner is wrong only when the runner-up
-    /// does clearly better in production. Then, if the runner-up held its own estimate (within
-    /// `MARGIN`), the winner alone was misjudged (its tail, say: on the rig, native's 64 KiB
-    /// alltoall wins searches whose robust estimates leave its tail out, and loses its trials
-    /// to a paced codelet 1.8 times faster in total), and the runner-up, measured as the
-    /// application feels it, replaces it. If the runner-up missed its estimate too, the samples
-    /// misled about every codelet: the search runs again with the other timing, once; a second
-    /// wrong decision keeps the runner-up. Replayed over the traces of tests/data, keeping the
-    /// runner-up beat searching again at every key (rig 64 KiB alltoall at 400 calls: 1.19
+    /// `runner_up_realised` against the winner's `realised` (a collective's: its time around the
+    /// trial, `Around::winner_mean`, so a winner that missed in the window before the trial may not
+    /// have missed on that mean, and a trial that beats it then replaces it instead of searching
+    /// again). After a close race the runner-up replaces the winner when it does clearly better.
+    /// After a miss (`assess`), a miss can be the search's, not the decision's: samples after a
+    /// barrier are faster than production calls for every codelet alike (on the 1 Gbit/s rig,
+    /// alltoall's linear_sync codelets realise 1.2 to 1.3 times their samples), so the winner is
+    /// wrong only when the runner-up does clearly better in production. Then, if the runner-up held
+    /// its own estimate (within `MARGIN`), the winner alone was misjudged (its tail, say: on the
+    /// rig, native's 64 KiB alltoall wins searches whose robust estimates leave its tail out, and
+    /// loses its trials to a paced codelet 1.8 times faster in total), and the runner-up, measured
+    /// as the application feels it, replaces it. If the runner-up missed its estimate too, the
+    /// samples misled about every codelet: the search runs again with the other timing, once; a
+    /// second wrong decision keeps the runner-up. Replayed over the traces of tests/data, keeping
+    /// the runner-up beat searching again at every key (rig 64 KiB alltoall at 400 calls: 1.19
     /// against 1.30 times the best codelet).
     pub fn judge_trial(
         &self,
@@ -662,6 +565,22 @@ impl Lead {
 mod tests {
     use super::*;
 
+    /// A trial's windows where the codelet on trial realised `tried` per call, with the calls
+    /// `call_share` of its window, against the winner's `winner` in the window before it.
+    fn trial(winner: f64, tried: f64, call_share: f64) -> Around<Window> {
+        let window = |realised| Window {
+            realised,
+            least: realised,
+            call_share,
+        };
+        Around {
+            codelet: 0,
+            before: window(winner),
+            tried: window(tried),
+            after: None,
+        }
+    }
+
     #[test]
     fn the_lead_follows_the_least_latest_time() {
         // A search: 0 (native) 30, 1 at 20 (its blocks missed its stalls), 2 at 25.
@@ -808,17 +727,17 @@ mod tests {
             Judgement::Verdict(Verdict::Kept),
             "a halo's self-check tries only after a miss"
         );
-        let AfterTrial::Trial(4, ring) = native.after_trial(2.25, 2.3, 0.02, 0, 1.0) else {
+        let AfterTrial::Trial(4, ring) = native.after_trial(&trial(2.25, 2.3, 1.0), 0.02, 0) else {
             panic!("the runner-up's trial kept the decision: ring, the third, is tried next");
         };
         assert_eq!(ring.runner_up, Some((4, 2.40)));
         assert_eq!(
-            ring.after_trial(2.25, 2.3, 0.02, 0, 1.0),
+            ring.after_trial(&trial(2.25, 2.3, 1.0), 0.02, 0),
             AfterTrial::Verdict(Verdict::Kept),
             "three at most"
         );
         assert_eq!(
-            ring.after_trial(2.25, 1.8, 0.02, 0, 1.0),
+            ring.after_trial(&trial(2.25, 1.8, 1.0), 0.02, 0),
             AfterTrial::Verdict(Verdict::RunnerUp(4))
         );
         assert_eq!(ring.judge_trial(2.25, 1.8, 0.02, 0), Verdict::RunnerUp(4));
@@ -848,7 +767,7 @@ mod tests {
             "a miss still tries the runner-up"
         );
         assert_eq!(
-            clear.after_trial(3.0, 3.1, 0.02, 0, 1.0),
+            clear.after_trial(&trial(3.0, 3.1, 1.0), 0.02, 0),
             AfterTrial::Verdict(Verdict::Kept),
             "but not the third"
         );
@@ -882,9 +801,9 @@ mod tests {
     fn calls_a_small_share_of_their_period_keep_the_runner_up_instead_of_a_period_search() {
         let p = predicted(10.0, 11.0);
         let reopen = AfterTrial::Verdict(Verdict::Reopen(Timing::Period));
-        assert_eq!(p.after_trial(20.0, 15.0, 0.02, 0, 0.9), reopen);
+        assert_eq!(p.after_trial(&trial(20.0, 15.0, 0.9), 0.02, 0), reopen);
         assert_eq!(
-            p.after_trial(20.0, 15.0, 0.02, 0, 0.02),
+            p.after_trial(&trial(20.0, 15.0, 0.02), 0.02, 0),
             AfterTrial::Verdict(Verdict::RunnerUp(0))
         );
         let period = Prediction {
@@ -892,7 +811,7 @@ mod tests {
             ..p
         };
         assert_eq!(
-            period.after_trial(20.0, 15.0, 0.02, 0, 0.02),
+            period.after_trial(&trial(20.0, 15.0, 0.02), 0.02, 0),
             AfterTrial::Verdict(Verdict::Reopen(Timing::Local)),
             "a local search measures the calls alone"
         );
@@ -914,26 +833,6 @@ mod tests {
         );
         assert_eq!(p.judge_trial(40.0, 30.0, 0.02, 0), Verdict::RunnerUp(0));
         assert_eq!(p.judge_trial(40.0, 41.0, 0.02, 1), Verdict::Kept);
-    }
-
-    #[test]
-    fn an_alternative_beats_only_by_more_than_the_gain() {
-        assert!(prediction_beaten(40.0, 35.0, 0.02));
-        assert!(!prediction_beaten(40.0, 37.0, 0.02), "within 10 %");
-        assert!(!prediction_beaten(40.0, 35.0, 0.2), "within the gain");
-        assert!(beaten(40.0, 30.0, 0.02));
-        assert!(!beaten(40.0, 39.5, 0.02), "within the gain");
-        assert!(!beaten(40.0, 41.0, 0.02));
-    }
-
-    #[test]
-    fn a_prediction_is_dismissed_only_when_beaten_on_both_sides_of_its_trial() {
-        // Not beaten before the trial: kept at once.
-        assert_eq!(prediction_kept(40.0, None, 37.0, 0.02), Some(true));
-        // Beaten: the winner runs another window, which decides.
-        assert_eq!(prediction_kept(42.6, None, 38.1, 0.02), None);
-        assert_eq!(prediction_kept(42.6, Some(37.5), 38.1, 0.02), Some(true));
-        assert_eq!(prediction_kept(42.6, Some(43.0), 38.1, 0.02), Some(false));
     }
 
     #[test]
@@ -985,29 +884,26 @@ mod tests {
     }
 
     #[test]
-    fn a_trial_that_beats_the_window_before_it_waits_for_the_one_after() {
-        assert_eq!(
-            winner_around_trial(100.0, 99.0, None, 0.02),
-            Some(100.0),
-            "not beaten: judged at once"
-        );
-        assert_eq!(winner_around_trial(100.0, 90.0, None, 0.02), None);
-        // The loop got faster: the winner's window after the trial took 80, so the codelet on
-        // trial, 90, did worse than the winner at its time.
-        let winner = winner_around_trial(100.0, 90.0, Some(80.0), 0.02).unwrap();
-        assert_eq!(winner, 90.0);
+    fn a_trial_is_judged_against_the_winner_around_it() {
         let native = Prediction {
             winner: 100.0,
             runner_up: Some((4, 105.0)),
             third: None,
             timing: Timing::Barrier,
         };
+        // The loop got faster: the winner's window after the trial took 80, so the codelet on
+        // trial, 90, did worse than the winner at its time.
+        let before_alone = trial(100.0, 90.0, 1.0);
+        let around = Around {
+            after: Some(trial(80.0, 0.0, 1.0).before),
+            ..before_alone
+        };
         assert_eq!(
-            native.after_trial(winner, 90.0, 0.02, 0, 1.0),
+            native.after_trial(&around, 0.02, 0),
             AfterTrial::Verdict(Verdict::Kept)
         );
         assert_eq!(
-            native.after_trial(100.0, 90.0, 0.02, 0, 1.0),
+            native.after_trial(&before_alone, 0.02, 0),
             AfterTrial::Verdict(Verdict::RunnerUp(4)),
             "judged by the window before alone, the trend replaced native"
         );

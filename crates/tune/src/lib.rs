@@ -9,6 +9,7 @@
 //! - `checkpoints`: when a communicator's next checkpoint comes.
 //! - `classes`: size classes, so that calls of slightly different sizes share a search.
 //! - `check`: the self-check of a decision against the winner's realised time.
+//! - `trial`: a codelet on trial in production, between windows of the winner's.
 //! - `sampling`: what a search sample is (blocks of instances) and the order of a search.
 //! - `attributes`: what a codelet is like (its partners, whether it uses MPI collectives).
 //! - `schedule`: who exchanges which blocks with whom in the collective algorithms.
@@ -34,6 +35,7 @@ pub mod simulate;
 pub mod stats;
 pub mod timeline;
 pub mod trace;
+pub mod trial;
 
 pub use attributes::{Attributes, Partners};
 pub use policy::{Agreed, Candidate, Next, Plan, Search};

@@ -55,6 +55,7 @@ use crate::sampling::{self, Sampler, Turn};
 use crate::settings::{Settings, Timing};
 use crate::stats::{Filter, STALL};
 use crate::trace::{Kind, Record, Trace};
+use crate::trial::{Ended, Trial, Window};
 
 /// Steady instances a codelet needs in two runs of a key for its medians to tell the runs'
 /// levels apart (`levels`).
@@ -958,18 +959,15 @@ struct Production {
     /// Per rank: production periods since the decision, and their count.
     periods: Vec<u64>,
     calls: u64,
-    /// The runner-up on trial (a window of production calls after the winner missed), and the
-    /// winner's realised time per call.
-    trial: Option<(usize, f64)>,
-    /// While the winner runs its window after a trial it lost: the codelet on trial, its
-    /// realised time per call and the calls' share (src/tuner/state.rs `Tried`).
-    tried: Option<(usize, f64, f64)>,
+    /// The codelet on trial (a window of production calls after the winner missed or won a
+    /// close race), between the winner's windows.
+    trial: Option<Trial<Window>>,
 }
 
 impl Production {
     /// The codelet production runs.
     fn running(&self) -> usize {
-        self.trial.map_or(self.winner, |(runner_up, _)| runner_up)
+        self.trial.map_or(self.winner, |t| t.running(self.winner))
     }
 
     /// A window after call `k` ends at another self-check (the trial's).
@@ -1007,7 +1005,6 @@ fn production(
         periods: vec![0; model.ranks],
         calls: 0,
         trial: None,
-        tried: None,
     }
 }
 
@@ -1056,48 +1053,32 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
             && p.check_at == Some(k)
         {
             let predicted = p.predicted.expect("a check needs a prediction");
-            let realised = realised(p, predicted.timing, &entry);
+            let window = window(p, predicted.timing, &entry);
             sim.consensus();
             p.check_at = None;
             // As src/tuner/drift.rs `drift_check`.
             let verdict = match p.trial.take() {
-                Some((codelet, winner_before)) => {
-                    let share = call_share(p, &entry);
-                    let after_trial = p.tried.map(|_| realised);
-                    let tried = p.tried.take().unwrap_or((codelet, realised, share));
-                    let around = check::winner_around_trial(
-                        winner_before,
-                        tried.1,
-                        after_trial,
-                        settings.min_gain,
-                    );
-                    match around.map(|winner_realised| {
-                        predicted.after_trial(
-                            winner_realised,
-                            tried.1,
-                            settings.min_gain,
-                            wrong,
-                            tried.2,
-                        )
-                    }) {
-                        None => {
-                            p.tried = Some(tried);
-                            p.trial = Some((p.winner, winner_before));
-                            p.check_again(settings, k);
-                            None
-                        }
-                        Some(AfterTrial::Trial(codelet, next)) => {
-                            p.predicted = Some(next);
-                            p.trial = Some((codelet, after_trial.unwrap_or(winner_before)));
-                            p.check_again(settings, k);
-                            None
-                        }
-                        Some(AfterTrial::Verdict(verdict)) => Some(verdict),
+                Some(trial) => match trial.ended(window, settings.min_gain) {
+                    Ended::WinnerNext(trial) => {
+                        p.trial = Some(trial);
+                        p.check_again(settings, k);
+                        None
                     }
-                }
-                None => match predicted.assess_race(realised, settings.min_gain) {
+                    Ended::Judged(around) => {
+                        match predicted.after_trial(&around, settings.min_gain, wrong) {
+                            AfterTrial::Trial(codelet, next) => {
+                                p.predicted = Some(next);
+                                p.trial = Some(Trial::new(codelet, around.latest()));
+                                p.check_again(settings, k);
+                                None
+                            }
+                            AfterTrial::Verdict(verdict) => Some(verdict),
+                        }
+                    }
+                },
+                None => match predicted.assess_race(window.realised, settings.min_gain) {
                     Judgement::Trial(runner_up) => {
-                        p.trial = Some((runner_up, realised));
+                        p.trial = Some(Trial::new(runner_up, window));
                         p.check_again(settings, k);
                         None
                     }
@@ -1266,30 +1247,24 @@ fn search_step(
     }
 }
 
-/// The winner's realised time per call as the self-check measures it, slowest rank
-/// (src/tuner/drift.rs).
-fn realised(p: &Production, timing: Timing, now: &[u64]) -> f64 {
-    windows(p, now)
-        .map(|(start, durations, now)| check::realised(timing, start, durations, now))
-        .fold(0.0, f64::max)
-}
-
-/// The calls' share of the self-check's window on the rank where it was least (as the library
-/// agrees it, src/tuner/consensus.rs `trial`).
-fn call_share(p: &Production, now: &[u64]) -> f64 {
-    windows(p, now)
-        .map(|(start, durations, now)| check::call_share(start, durations, now))
-        .fold(1.0, f64::min)
-}
-
-/// Each rank's window of production: where it started, its calls' durations, and the rank's
-/// clock now.
-fn windows<'a>(
-    p: &'a Production,
-    now: &'a [u64],
-) -> impl Iterator<Item = (Option<u64>, &'a [u64], u64)> + 'a {
-    let ranks = p.window.iter().zip(now);
-    ranks.map(|((start, durations), &now)| (*start, durations.as_slice(), now))
+/// The self-check's window (or a trial's) as the library agrees it (src/tuner/drift.rs,
+/// consensus.rs `window`): the time per call of the slowest rank and of the least, timed as the
+/// search timed, and the calls' least share of the window over ranks.
+fn window(p: &Production, timing: Timing, now: &[u64]) -> Window {
+    let ranks = p.window.iter().zip(now).map(|((start, durations), &now)| {
+        let realised = check::realised(timing, *start, durations, now);
+        (realised, check::call_share(*start, durations, now))
+    });
+    let none = Window {
+        realised: 0.0,
+        least: f64::INFINITY,
+        call_share: 1.0,
+    };
+    ranks.fold(none, |w, (realised, share)| Window {
+        realised: w.realised.max(realised),
+        least: w.least.min(realised),
+        call_share: w.call_share.min(share),
+    })
 }
 
 /// Groups trace files into runs by name: `PREFIX.RANK.tsv` files with one prefix are one run's.
