@@ -199,13 +199,16 @@ pub fn slowest(comm: &Comm, time: f64) -> MpiResult<f64> {
 
 /// A production window's realised time per call on each rank (`ticks`, never negative) reduced to
 /// the slowest rank's and the least's, and the calls' share of the window's time there
-/// (`check::call_share`) to its least over ranks: what a self-check and its trials compare.
-pub fn window(comm: &Comm, ticks: f64, call_share: f64) -> MpiResult<Window> {
-    let [(realised, least), (_, call_share)] = max_min(comm, [ticks, call_share])?;
+/// (`check::call_share`) to its least over ranks, and its median call (`check::median_call`) to
+/// its largest: what a self-check and its trials compare.
+pub fn window(comm: &Comm, ticks: f64, call_share: f64, median: f64) -> MpiResult<Window> {
+    let [(realised, least), (_, call_share), (median, _)] =
+        max_min(comm, [ticks, call_share, median])?;
     Ok(Window {
         realised,
         least,
         call_share,
+        median,
     })
 }
 

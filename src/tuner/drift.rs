@@ -40,12 +40,9 @@ pub(super) fn drift_check<C: Operation>(
     };
     at.tuner.check_drift_at(at.k + settings.drift_interval);
     if let Some(trialled) = p.trial {
-        let now = clock::now();
-        let realised = check::realised(trialled.timing(), p.window_start, &p.window, now);
         return match trialled {
             Trialled::Decision { trial, predicted } => {
-                let share = check::call_share(p.window_start, &p.window, now);
-                let window = consensus::window(&comm.private?, realised, share).ok()?;
+                let window = agreed_window(comm, p, predicted.timing)?;
                 trial_check(at, comm, key, trial, predicted, window)
             }
             Trialled::Prediction {
@@ -53,6 +50,7 @@ pub(super) fn drift_check<C: Operation>(
                 timing,
                 predicted_us,
             } => {
+                let realised = check::realised(timing, p.window_start, &p.window, clock::now());
                 let measured_us = agreed_us(comm, realised)?;
                 safety_net_trial(at, comm, key, trial, timing, predicted_us, measured_us)
             }
@@ -74,10 +72,7 @@ pub(super) fn drift_check<C: Operation>(
     if p.drift.baseline.is_none()
         && let Some(predicted) = p.predicted
     {
-        let now = clock::now();
-        let realised = check::realised(predicted.timing, p.window_start, &p.window, now);
-        let share = check::call_share(p.window_start, &p.window, now);
-        let window = consensus::window(&comm.private?, realised, share).ok()?;
+        let window = agreed_window(comm, p, predicted.timing)?;
         // A calibration (`commtune calibrate`) records what its search measured, timed as it
         // was asked to: its self-check measures production for the entry but never tries
         // another codelet nor searches again (with another timing, which it would discard).
@@ -172,6 +167,16 @@ fn search_again<C: Operation>(
 ) -> Option<Step> {
     let candidates = candidates::<C>(&at.call.facts());
     start_search(&at.place, comm, key, candidates).then(|| search_step(at, comm, key))
+}
+
+/// The window of production calls that just ended, timed with `timing` on this rank, agreed over
+/// ranks (`consensus::window`): what a self-check and a decision's trial judge.
+fn agreed_window(comm: &CommTunerState, p: &Production, timing: Timing) -> Option<Window> {
+    let now = clock::now();
+    let realised = check::realised(timing, p.window_start, &p.window, now);
+    let share = check::call_share(p.window_start, &p.window, now);
+    let median = check::median_call(&p.window);
+    consensus::window(&comm.private?, realised, share, median).ok()
 }
 
 /// `ticks` per call on this rank as microseconds, agreed (the maximum over ranks): what the
@@ -470,7 +475,7 @@ fn trial_check<C: Operation>(
         }
     };
     end_trial(at, p);
-    let winner_time = around.winner_mean();
+    let winner_time = around.winner_time(min_gain);
     p.lead.measured(p.winner, winner_time.realised);
     p.lead.measured(around.codelet, around.tried.realised);
     let after = predicted.after_trial(&around, min_gain, key.wrong);

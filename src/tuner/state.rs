@@ -607,14 +607,6 @@ pub enum Trialled {
 }
 
 impl Trialled {
-    /// How the trial's windows are timed.
-    pub fn timing(&self) -> Timing {
-        match self {
-            Trialled::Decision { predicted, .. } => predicted.timing,
-            Trialled::Prediction { timing, .. } => *timing,
-        }
-    }
-
     /// The codelet production runs: the one on trial, or the winner (`winner`) for its window
     /// after it.
     pub fn running(&self, winner: usize) -> usize {

@@ -237,6 +237,14 @@ pub fn call_share(start: Option<u64>, durations: &[u64], now: u64) -> f64 {
     Span::of(start, durations).call_share(now)
 }
 
+/// One rank's median call over a window of production calls (clock ticks; 0 for none): what
+/// tells a change of pace from a rare long call (`trial::Around::winner_time`).
+pub fn median_call(durations: &[u64]) -> f64 {
+    let mut sorted = durations.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).map_or(0.0, |&d| d as f64)
+}
+
 /// One rank's realised time per call over a window of production calls, measured as a search
 /// with `timing` measured its samples: `period`, from the window's first call (`start`) to the
 /// call after it (`now`), per call; otherwise the mean of the calls' `durations`.
@@ -357,7 +365,7 @@ impl Prediction {
     /// the trial kept the decision and the race's third is in it too, the third's trial.
     ///
     /// `around` is the trial's windows: the winner's time is its time around the trial
-    /// (`Around::winner_mean`), the mean of its windows before and after a trial that beat the one
+    /// (`Around::winner_time`), the mean of its windows before and after a trial that beat the one
     /// before. The traces of tests/data hold no trend, and there the second window only adds noise:
     /// replayed (library defaults, 40 replays), the median over keys went from 1.089 to 1.093 times
     /// the best codelet at 400 calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall
@@ -372,7 +380,8 @@ impl Prediction {
     /// `PERIOD_RESOLVES` of the trial window's time (its `call_share`): the runner-up that beat
     /// the winner in production is kept instead.
     pub fn after_trial(&self, around: &Around<Window>, min_gain: f64, wrong: u32) -> AfterTrial {
-        let (winner, tried) = (around.winner_mean().realised, around.tried.realised);
+        let winner = around.winner_time(min_gain).realised;
+        let tried = around.tried.realised;
         let verdict = self.judge_trial(winner, tried, min_gain, wrong);
         match (verdict, self.runner_up) {
             (Verdict::Kept, _) => match self.next_in_race() {
@@ -396,7 +405,7 @@ impl Prediction {
 
     /// Judges a decision after its runner-up ran in production for a window and realised
     /// `runner_up_realised` against the winner's `realised` (a collective's: its time around the
-    /// trial, `Around::winner_mean`, so a winner that missed in the window before the trial may not
+    /// trial, `Around::winner_time`, so a winner that missed in the window before the trial may not
     /// have missed on that mean, and a trial that beats it then replaces it instead of searching
     /// again). After a close race the runner-up replaces the winner when it does clearly better.
     /// After a miss (`assess`), a miss can be the search's, not the decision's: samples after a
@@ -572,6 +581,7 @@ mod tests {
             realised,
             least: realised,
             call_share,
+            median: realised,
         };
         Around {
             codelet: 0,

@@ -982,7 +982,7 @@ impl Production {
 enum Phase {
     Warmup,
     Search(Vec<Sampler>),
-    Production(Production),
+    Production(Box<Production>),
 }
 
 fn production(
@@ -991,12 +991,12 @@ fn production(
     k: u64,
     winner: usize,
     predicted: Option<Prediction>,
-) -> Production {
+) -> Box<Production> {
     // The self-check: the first drift check, a whole window after the decision
     // (src/tuner/search.rs `first_check`, state.rs `check_drift_at`).
     let check = check::first_check(settings.drift_interval);
     let window = check::window(settings.drift_interval);
-    Production {
+    Box::new(Production {
         winner,
         predicted,
         check_at: predicted.map(|_| k + check),
@@ -1005,7 +1005,7 @@ fn production(
         periods: vec![0; model.ranks],
         calls: 0,
         trial: None,
-    }
+    })
 }
 
 /// Replays `calls` calls of `model`'s key under `settings`; `seed` fixes the draws.
@@ -1251,19 +1251,27 @@ fn search_step(
 /// consensus.rs `window`): the time per call of the slowest rank and of the least, timed as the
 /// search timed, and the calls' least share of the window over ranks.
 fn window(p: &Production, timing: Timing, now: &[u64]) -> Window {
-    let ranks = p.window.iter().zip(now).map(|((start, durations), &now)| {
-        let realised = check::realised(timing, *start, durations, now);
-        (realised, check::call_share(*start, durations, now))
-    });
+    let ranks = p
+        .window
+        .iter()
+        .zip(now)
+        .map(|((start, durations), &now)| Window {
+            realised: check::realised(timing, *start, durations, now),
+            least: check::realised(timing, *start, durations, now),
+            call_share: check::call_share(*start, durations, now),
+            median: check::median_call(durations),
+        });
     let none = Window {
         realised: 0.0,
         least: f64::INFINITY,
         call_share: 1.0,
+        median: 0.0,
     };
-    ranks.fold(none, |w, (realised, share)| Window {
-        realised: w.realised.max(realised),
-        least: w.least.min(realised),
-        call_share: w.call_share.min(share),
+    ranks.fold(none, |w, rank| Window {
+        realised: w.realised.max(rank.realised),
+        least: w.least.min(rank.least),
+        call_share: w.call_share.min(rank.call_share),
+        median: w.median.max(rank.median),
     })
 }
 
