@@ -175,7 +175,7 @@ fn agreed_window(comm: &CommTunerState, p: &Production, timing: Timing) -> Optio
     let now = clock::now();
     let realised = check::realised(timing, p.window_start, &p.window, now);
     let share = check::call_share(p.window_start, &p.window, now);
-    let median = check::median_call(&p.window);
+    let median = check::median_call(&p.window).unwrap_or(0.0);
     consensus::window(&comm.private?, realised, share, median).ok()
 }
 
@@ -392,10 +392,8 @@ fn lead_check<C: Operation>(
 /// The window's median over the baseline (the first window's median); the window starts
 /// afresh.
 fn drift_ratio(p: &mut Production) -> f64 {
-    let mut window = std::mem::take(&mut p.window);
+    let median = check::median_call(&std::mem::take(&mut p.window));
     p.window_start = None;
-    window.sort_unstable();
-    let median = window.get(window.len() / 2).map(|&ticks| ticks as f64);
     p.drift.ratio(median)
 }
 
@@ -475,7 +473,7 @@ fn trial_check<C: Operation>(
         }
     };
     end_trial(at, p);
-    let winner_time = around.winner_time(min_gain);
+    let winner_time = around.winner_time(predicted.timing);
     p.lead.measured(p.winner, winner_time.realised);
     p.lead.measured(around.codelet, around.tried.realised);
     let after = predicted.after_trial(&around, min_gain, key.wrong);

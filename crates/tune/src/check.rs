@@ -237,12 +237,13 @@ pub fn call_share(start: Option<u64>, durations: &[u64], now: u64) -> f64 {
     Span::of(start, durations).call_share(now)
 }
 
-/// One rank's median call over a window of production calls (clock ticks; 0 for none): what
-/// tells a change of pace from a rare long call (`trial::Around::winner_time`).
-pub fn median_call(durations: &[u64]) -> f64 {
+/// One rank's median call over a window of production calls (clock ticks; None for none): what
+/// a drift check compares, and what tells a change of pace from a rare long call
+/// (`trial::Around::winner_time`).
+pub fn median_call(durations: &[u64]) -> Option<f64> {
     let mut sorted = durations.to_vec();
     sorted.sort_unstable();
-    sorted.get(sorted.len() / 2).map_or(0.0, |&d| d as f64)
+    sorted.get(sorted.len() / 2).map(|&d| d as f64)
 }
 
 /// One rank's realised time per call over a window of production calls, measured as a search
@@ -365,22 +366,23 @@ impl Prediction {
     /// the trial kept the decision and the race's third is in it too, the third's trial.
     ///
     /// `around` is the trial's windows: the winner's time is its time around the trial
-    /// (`Around::winner_time`), the mean of its windows before and after a trial that beat the one
-    /// before. The traces of tests/data hold no trend, and there the second window only adds noise:
-    /// replayed (library defaults, 40 replays), the median over keys went from 1.089 to 1.093 times
-    /// the best codelet at 400 calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall
-    /// from 1.120 to 1.151 and from 1.030 to 1.048 (native's tail, which its search's robust
-    /// estimates left out, shows in fewer windows than not), shared memory's 16-byte alltoall from
-    /// 1.751 to 1.834 at 400 calls. On the rig, where loops do speed up, 15 alternating runs of
-    /// 400-call 8-byte loops each: the alltoall kept native in 10 runs against 4 (a trial replaced
-    /// the winner in 2 against 7), the allreduce ran `linear`, its best codelet, in 15 against 14;
-    /// their times, paired with the build before, 0.992 and 0.998 (6 December 2026).
+    /// (`Around::winner_time`): the mean of its windows before and after a trial that beat the one
+    /// before, or the window after alone where the winner's pace fell between them. The traces of
+    /// tests/data hold no trend, and there the second window only adds noise: replayed (library
+    /// defaults, 40 replays), the median over keys went from 1.089 to 1.093 times the best codelet
+    /// at 400 calls and from 1.021 to 1.023 at 2000, the rig's 64 KiB alltoall from 1.120 to 1.151
+    /// and from 1.030 to 1.048 (native's tail, which its search's robust estimates left out, shows
+    /// in fewer windows than not), shared memory's 16-byte alltoall from 1.751 to 1.834 at 400
+    /// calls. On the rig, where loops do speed up, 15 alternating runs of 400-call 8-byte loops
+    /// each: the alltoall kept native in 10 runs against 4 (a trial replaced the winner in 2
+    /// against 7), the allreduce ran `linear`, its best codelet, in 15 against 14; their times,
+    /// paired with the build before, 0.992 and 0.998 (6 December 2026).
     ///
     /// A search with `period` timing is not reopened where the calls are less than
     /// `PERIOD_RESOLVES` of the trial window's time (its `call_share`): the runner-up that beat
     /// the winner in production is kept instead.
     pub fn after_trial(&self, around: &Around<Window>, min_gain: f64, wrong: u32) -> AfterTrial {
-        let winner = around.winner_time(min_gain).realised;
+        let winner = around.winner_time(self.timing).realised;
         let tried = around.tried.realised;
         let verdict = self.judge_trial(winner, tried, min_gain, wrong);
         match (verdict, self.runner_up) {
@@ -406,7 +408,7 @@ impl Prediction {
     /// Judges a decision after its runner-up ran in production for a window and realised
     /// `runner_up_realised` against the winner's `realised` (a collective's: its time around the
     /// trial, `Around::winner_time`, so a winner that missed in the window before the trial may not
-    /// have missed on that mean, and a trial that beats it then replaces it instead of searching
+    /// have missed around it, and a trial that beats it then replaces it instead of searching
     /// again). After a close race the runner-up replaces the winner when it does clearly better.
     /// After a miss (`assess`), a miss can be the search's, not the decision's: samples after a
     /// barrier are faster than production calls for every codelet alike (on the 1 Gbit/s rig,
@@ -916,6 +918,20 @@ mod tests {
             native.after_trial(&before_alone, 0.02, 0),
             AfterTrial::Verdict(Verdict::RunnerUp(4)),
             "judged by the window before alone, the trend replaced native"
+        );
+        // A tail in the window before, the pace the same (the median 80 on both sides): the
+        // mean of the two windows, 105, which the codelet on trial beats.
+        let tailed = Around {
+            before: Window {
+                realised: 130.0,
+                median: 80.0,
+                ..around.before
+            },
+            ..around
+        };
+        assert_eq!(
+            native.after_trial(&tailed, 0.02, 0),
+            AfterTrial::Verdict(Verdict::RunnerUp(4))
         );
     }
 

@@ -1249,18 +1249,18 @@ fn search_step(
 
 /// The self-check's window (or a trial's) as the library agrees it (src/tuner/drift.rs,
 /// consensus.rs `window`): the time per call of the slowest rank and of the least, timed as the
-/// search timed, and the calls' least share of the window over ranks.
+/// search timed, the calls' least share of the window over ranks, and the largest rank's median
+/// call.
 fn window(p: &Production, timing: Timing, now: &[u64]) -> Window {
-    let ranks = p
-        .window
-        .iter()
-        .zip(now)
-        .map(|((start, durations), &now)| Window {
-            realised: check::realised(timing, *start, durations, now),
-            least: check::realised(timing, *start, durations, now),
+    let ranks = p.window.iter().zip(now).map(|((start, durations), &now)| {
+        let realised = check::realised(timing, *start, durations, now);
+        Window {
+            realised,
+            least: realised,
             call_share: check::call_share(*start, durations, now),
-            median: check::median_call(durations),
-        });
+            median: check::median_call(durations).unwrap_or(0.0),
+        }
+    });
     let none = Window {
         realised: 0.0,
         least: f64::INFINITY,
