@@ -700,6 +700,15 @@ mod tests {
         assert_eq!(parse_duration("5"), None);
     }
 
+    /// The delays of allreduce's `ring` at each of `calls`, in milliseconds (each must have one).
+    fn ring_delays_ms(c: &Config, calls: impl IntoIterator<Item = u64>) -> Vec<u128> {
+        let ring = index(Op::Allreduce, "ring");
+        calls
+            .into_iter()
+            .map(|k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
+            .collect()
+    }
+
     #[test]
     fn delays_in_one_call_of_every_few_fall_back_to_the_next_item() {
         let (c, problems) = parse([(
@@ -711,11 +720,7 @@ mod tests {
             problems[0].contains("interval after / must be"),
             "{problems:?}"
         );
-        let ring = index(Op::Allreduce, "ring");
-        let delays: Vec<u128> = (58..=65)
-            .map(|k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
-            .collect();
-        assert_eq!(delays, [4, 4, 60, 4, 4, 4, 60, 4]);
+        assert_eq!(ring_delays_ms(&c, 58..=65), [4, 4, 60, 4, 4, 4, 60, 4]);
     }
 
     #[test]
@@ -726,12 +731,8 @@ mod tests {
         )]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("the end after .."), "{problems:?}");
-        let ring = index(Op::Allreduce, "ring");
-        let delays: Vec<u128> = [9, 10, 14, 15, 19, 20, 25]
-            .iter()
-            .map(|&k| c.delay(Op::Allreduce, ring, k).unwrap().as_millis())
-            .collect();
-        assert_eq!(delays, [2, 8, 2, 8, 2, 2, 2]);
+        let calls = [9, 10, 14, 15, 19, 20, 25];
+        assert_eq!(ring_delays_ms(&c, calls), [2, 8, 2, 8, 2, 2, 2]);
     }
 
     #[test]

@@ -898,10 +898,9 @@ mod tests {
     #[test]
     fn a_trial_is_judged_against_the_winner_around_it() {
         let native = Prediction {
-            winner: 100.0,
             runner_up: Some((4, 105.0)),
-            third: None,
             timing: Timing::Barrier,
+            ..predicted(100.0, 0.0)
         };
         // The loop got faster: the winner's window after the trial took 80, so the codelet on
         // trial, 90, did worse than the winner at its time.
