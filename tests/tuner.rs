@@ -703,6 +703,48 @@ fn a_trial_is_judged_against_the_winner_before_and_after_it_mpich() {
     a_trial_is_judged_against_the_winner_before_and_after_it(Mpich, 2);
 }
 
+/// native wins the search (20 ms a call; `linear`, which posts to every rank at once, 24; ring,
+/// the best codelet that exchanges with one partner per step, 28; the others 60: calls 5 to 18,
+/// the decision at 19). From call 24 on, one call in four of native and of `linear` takes 150 ms
+/// more, a tail as a shaped network's queue gives a burst of messages, and ring takes 40 ms. The
+/// self-check's window (calls 21 to 36: a mean of 57.5 ms, a median call of 20) has a tail, so
+/// ring, not the runner-up `linear`, is tried; it beats native in production but misses its own
+/// estimate, which reopened the search before; the tail explains native's miss, and ring replaces
+/// it (`check::Prediction::facing`, `after_trial`).
+fn a_winner_with_a_tail_tries_a_paced_codelet(flavour: Flavour, np: usize) {
+    // The first item that applies to a call is taken: the tails come before the steady delays.
+    let mut delays = vec![
+        "allreduce:native=170ms@24/4".to_string(),
+        "allreduce:native=20ms".to_string(),
+        "allreduce:linear=174ms@24/4".to_string(),
+        "allreduce:linear=24ms".to_string(),
+        "allreduce:ring=40ms@24".to_string(),
+        "allreduce:ring=28ms".to_string(),
+    ];
+    delays.extend(all_but("allreduce", ALLREDUCE, "native", "60ms"));
+    let job = self_checked_loop(flavour, np, "tailed", "90", &delays);
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    let check = &t["check"];
+    assert_eq!(
+        check["runner_up"], "ring",
+        "the paced codelet's trial: {t:#}"
+    );
+    assert_eq!(check["verdict"], "runner_up", "{t:#}");
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    assert_eq!(t["winner"], "ring", "{t:#}");
+}
+
+#[test]
+fn a_winner_with_a_tail_tries_a_paced_codelet_openmpi() {
+    a_winner_with_a_tail_tries_a_paced_codelet(OpenMpi, 4);
+}
+
+#[test]
+fn a_winner_with_a_tail_tries_a_paced_codelet_mpich() {
+    a_winner_with_a_tail_tries_a_paced_codelet(Mpich, 2);
+}
+
 /// ring wins the search and misses its prediction in production; the runner-up, tried for a
 /// window, takes what its samples took: it replaces ring, with no second search. (40 ms, so
 /// that a loaded machine's few milliseconds stay inside the 25 % the runner-up may miss by.)

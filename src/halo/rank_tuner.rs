@@ -471,6 +471,7 @@ fn start_predicted(t: &mut EpisodeTuner, class: &Class) -> bool {
         winner: ticks,
         runner_up: None,
         third: None,
+        paced: None,
         timing,
     };
     let mut production = Production::new(winner, Some(checked), Lead::default());
@@ -1088,6 +1089,7 @@ mod tests {
             winner: ticks(100.0),
             runner_up: None,
             third: None,
+            paced: None,
             timing: Timing::Period,
         }
     }
@@ -1234,6 +1236,7 @@ mod tests {
             winner: ticks(10.0),
             runner_up: Some((NATIVE, ticks(20.0))),
             third: None,
+            paced: None,
             timing: Timing::Local,
         };
         {

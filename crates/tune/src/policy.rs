@@ -50,6 +50,15 @@ pub struct Candidate {
     pub collectives: bool,
 }
 
+impl Candidate {
+    /// Whether the codelet exchanges with one partner per step, built on point-to-point calls:
+    /// what it posts at once never overflows a queue the way a burst to every partner does
+    /// (native's schedule is unknown, and a tree's steps hold several partners or gathered blocks).
+    pub fn paces(&self) -> bool {
+        !self.collectives && self.partners == Partners::Pair
+    }
+}
+
 /// A codelet's agreed estimate after a round: typical time and its standard error.
 #[derive(Clone, Copy, PartialEq, Debug, Default)]
 pub struct Agreed {
@@ -80,6 +89,8 @@ pub struct Plan {
     pub policy: Search,
     /// Still in the race, in a fixed order (identical on every rank).
     pub candidates: Vec<Candidate>,
+    /// Every codelet that entered the race, pruned or not.
+    pub entrants: Vec<Candidate>,
     /// Rounds completed.
     pub rounds: u32,
     max_rounds: u32,
@@ -99,6 +110,7 @@ impl Plan {
     pub fn new(policy: Search, candidates: Vec<Candidate>, samples: u32) -> Plan {
         Plan {
             policy,
+            entrants: candidates.clone(),
             candidates,
             rounds: 0,
             max_rounds: samples.max(1),

@@ -271,7 +271,8 @@ impl Sampler {
         }
     }
 
-    /// What the search predicts for `winner` and the two best other codelets (`check`).
+    /// What the search predicts for `winner`, the two best other codelets and the best other
+    /// that exchanges with one partner at a time (`check`).
     pub fn prediction(&self, winner: usize) -> Option<Prediction> {
         let winner_estimate = self.plan.estimate(winner)?.location;
         let mut others: Vec<(usize, f64)> = self
@@ -282,10 +283,17 @@ impl Sampler {
             .map(|(i, e)| (*i, e.location))
             .collect();
         others.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let paced = others.iter().copied().find(|(i, _)| {
+            self.plan
+                .entrants
+                .iter()
+                .any(|c| c.index == *i && c.paces())
+        });
         Some(Prediction {
             winner: winner_estimate,
             runner_up: others.first().copied(),
             third: others.get(1).copied(),
+            paced,
             timing: self.timing,
         })
     }
@@ -476,6 +484,36 @@ mod tests {
             [100.0, 120.0],
             "a dropped codelet's instances leave with it"
         );
+    }
+
+    #[test]
+    fn the_prediction_names_the_best_codelet_that_paces_pruned_or_not() {
+        let candidates = [
+            (0, Partners::Tree, true),
+            (1, Partners::All, false),
+            (2, Partners::Pair, false),
+            (3, Partners::Pair, false),
+            (4, Partners::Tree, false),
+        ]
+        .map(|(index, partners, collectives)| Candidate {
+            index,
+            partners,
+            collectives,
+        });
+        let plan = Plan::new(Search::Attributes, candidates.to_vec(), 4);
+        let mut s = Sampler::new(plan, Timing::Barrier, 1);
+        let at = |location| Agreed {
+            location,
+            error: 0.0,
+        };
+        s.plan.estimates = vec![(0, at(10.0)), (1, at(11.0)), (2, at(14.0)), (3, at(13.0))];
+        s.plan.estimates.push((4, at(12.0)));
+        // The attribute search went on with the codelets that post to everyone at once.
+        s.plan.candidates.retain(|c| c.partners == Partners::All);
+        let p = s.prediction(0).unwrap();
+        assert_eq!(p.runner_up, Some((1, 11.0)));
+        assert_eq!(p.paced, Some((3, 13.0)), "a tree does not pace");
+        assert_eq!(s.prediction(3).unwrap().paced, Some((2, 14.0)));
     }
 
     #[test]

@@ -22,9 +22,9 @@
 //! own `Sampler`, `Plan` and `Prediction::assess_race` with one sampler per rank and the
 //! estimates reduced to their maximum over ranks (`tuner::consensus`), then the winner, with the
 //! self-check 18 calls after the decision (a winner that missed its prediction or won a close
-//! race puts the runner-up on trial for 18 calls, and a close race its third after it; a wrong
-//! decision reopens the search once with the other timing, then keeps the runner-up that beat
-//! it). Each instance is drawn from the model by what it is: after a switch, one of the codelet's
+//! race puts the runner-up on trial for 18 calls, or the best codelet that paces where its
+//! window had a tail, and a close race its third after it; a wrong decision reopens the search
+//! once with the other timing, then keeps the runner-up that beat it). Each instance is drawn from the model by what it is: after a switch, one of the codelet's
 //! switches (after the same predecessor when the traces have one); after a barrier, a barriered
 //! instance; else the next steady instance, continuing from a random place after each switch so
 //! that a stretch keeps the trace's bursts. Every rank gets the same traced instance (ranks'
@@ -1054,6 +1054,10 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         {
             let predicted = p.predicted.expect("a check needs a prediction");
             let window = window(p, predicted.timing, &entry);
+            let predicted = match p.trial {
+                Some(_) => predicted,
+                None => predicted.facing(&window, settings.min_gain),
+            };
             sim.consensus();
             p.check_at = None;
             // As src/tuner/drift.rs `drift_check`.
@@ -1078,6 +1082,7 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 },
                 None => match predicted.assess_race(window.realised, settings.min_gain) {
                     Judgement::Trial(runner_up) => {
+                        p.predicted = Some(predicted);
                         p.trial = Some(Trial::new(runner_up, window));
                         p.check_again(settings, k);
                         None
