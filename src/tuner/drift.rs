@@ -73,14 +73,14 @@ pub(super) fn drift_check<C: Operation>(
         && let Some(predicted) = p.predicted
     {
         let window = agreed_window(comm, p, predicted.timing)?;
-        let predicted = predicted.facing(&window, settings.min_gain);
         // A calibration (`commtune calibrate`) records what its search measured, timed as it
         // was asked to: its self-check measures production for the entry but never tries
         // another codelet nor searches again (with another timing, which it would discard).
-        let judgement = if runtime::config().calibrate {
-            Judgement::Verdict(Verdict::Kept)
+        let (predicted, judgement) = if runtime::config().calibrate {
+            (predicted, Judgement::Verdict(Verdict::Kept))
         } else {
-            predicted.assess_race(window.realised, settings.min_gain)
+            let faced = predicted.facing(&window, settings.min_gain);
+            (faced, faced.assess_race(window.realised, settings.min_gain))
         };
         match judgement {
             Judgement::Trial(runner_up) => {

@@ -197,9 +197,10 @@ pub struct Entry {
     pub how: How,
 }
 
-/// A search's winner that the self-check replaced with its runner-up (the entry's winner): it
-/// missed its estimate in production, and the runner-up, tried in production for a window,
-/// did clearly better there (`commtune_tune::check`). Collective and halo entries alike.
+/// A search's winner that the self-check replaced with the codelet it tried (the entry's winner:
+/// the runner-up, or the best codelet that paces where the winner's window had a tail), or
+/// that the lead checks replaced: it missed its estimate in production, and the other did
+/// clearly better there (`commtune_tune::check`). Collective and halo entries alike.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct Replaced {
     pub codelet: String,
@@ -215,11 +216,13 @@ impl Replaced {
     /// realised time. Production's excess over the samples that every codelet shares (skew:
     /// production calls wait for no barrier) divides out, and what stays is the replaced
     /// codelet's own miss (its tail, say), in the estimates' terms, so that they still compare
-    /// with other jobs' estimates and the runner-up's realised ratio stays its own. The
-    /// runner-up was the best of the other codelets already, so every reader of the estimates
-    /// (an older one too) predicts it. Without usable times, or where the corrected time would
-    /// not rank behind the runner-up, the replaced codelet's estimate is left out: the
-    /// self-check found it wrong, and the runner-up then ranks first all the same. The other
+    /// with other jobs' estimates and the runner-up's realised ratio stays its own. Without
+    /// usable times, or where the corrected time would not rank behind the runner-up, the
+    /// replaced codelet's estimate is left out: the self-check found it wrong. So is any other
+    /// codelet's estimate under the runner-up's, which production never measured (a runner-up
+    /// that paces, tried before a bursting codelet estimated faster, or one the lead checks
+    /// followed): its samples were taken as the replaced winner's were, which misled. Every
+    /// reader of the estimates (an older one too) then predicts the runner-up. The other
     /// codelets' estimates, and every error, stay the search's.
     pub fn correct(&self, estimates: &mut Vec<Estimate>, winner: &str, realised_us: Option<f64>) {
         let Some(at) = estimates.iter().position(|e| e.codelet == self.codelet) else {
@@ -235,6 +238,9 @@ impl Replaced {
             None => {
                 estimates.remove(at);
             }
+        }
+        if let Some(runner_up) = runner_up {
+            estimates.retain(|e| e.codelet == winner || e.us > runner_up);
         }
     }
 }

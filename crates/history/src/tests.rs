@@ -566,6 +566,15 @@ fn a_replaced_winner_ranks_behind_its_runner_up_or_is_left_out() {
             "{realised} {runner_up_realised:?}"
         );
     }
+    // A runner-up that paces replaced "a" ahead of "b", which production never measured: "b"
+    // is left out, and "c" ranks first.
+    let mut e = estimates();
+    replaced(20.0).correct(&mut e, "c", Some(13.0));
+    assert_eq!(
+        times(&e),
+        [("a".to_string(), 20.0), ("c".to_string(), 13.0)],
+        "b's estimate misled as a's did"
+    );
     // A replaced codelet the search did not measure: nothing to correct.
     let mut e = estimates();
     Replaced {

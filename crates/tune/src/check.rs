@@ -113,10 +113,11 @@ impl Drift {
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub struct Prediction {
     pub winner: f64,
-    /// The best other codelet (registry index) and its estimate.
+    /// The codelet (registry index) a trial tries first, and its estimate: the best other, or
+    /// where the winner's window had a tail the best that paces (`Prediction::facing`).
     pub runner_up: Option<(usize, f64)>,
-    /// The next best and its estimate, tried after the runner-up in a close race
-    /// (`Prediction::after_trial`).
+    /// The codelet tried after the runner-up in a close race (`Prediction::after_trial`), and
+    /// its estimate: the next best, or the best other where `facing` tried one that paces.
     pub third: Option<(usize, f64)>,
     /// The best other codelet that exchanges with one partner at a time, and its estimate: the
     /// one tried where the winner's window has a tail (`Prediction::facing`).
@@ -320,24 +321,27 @@ impl Span {
 
 impl Prediction {
     /// The prediction the self-check judges the winner's first production `window` by. Where
-    /// that window has a tail (`Window::tailed`), the winner missed its estimate by it, and the best codelet that
-    /// exchanges with one partner at a time (`paced`) is estimated clearly under what the winner
-    /// realised, that codelet is put on trial instead of the runner-up, which becomes the third.
+    /// that window has a tail (`Window::tailed`), the winner missed its estimate by it, and the
+    /// best codelet that exchanges with one partner per step (`paced`) is estimated clearly
+    /// under what the winner realised, that codelet is put on trial instead of the runner-up,
+    /// which becomes the third.
     ///
     /// A codelet that posts to every partner at once overflows a shaped NIC's queue in bursts,
     /// and TCP's retransmissions make the tail; a barrier before each search sample drains the
     /// queue, so the search never sees it, for any codelet. Its runner-up then is often another
     /// bursting codelet with a tail of its own, whose trial keeps the winner: on the 1 Gbit/s rig,
     /// 6 verbose runs of the 64 KiB alltoall decided native (1.1 to 1.2 ms estimated, 2.1 to 4.2
-    /// realised) and tried `linear` or `linear_sync8`; the decision stood in 4, where the paced
-    /// codelets (`pairwise`, `linear_sync2`) take 1.67 ms per call alone against native's 2.8.
+    /// realised) and tried `linear` or `linear_sync8`; the decision stood in 4, where `pairwise`
+    /// and `pairwise_excl`, which pace, take 1.67 ms per call alone against native's 2.8.
     pub fn facing(&self, window: &Window, min_gain: f64) -> Prediction {
         match self.paced {
             Some((codelet, estimate))
                 if window.tailed(self.timing)
                     && self.missed(window.realised)
                     && window.realised > estimate * (1.0 + min_gain)
-                    && self.runner_up.is_some_and(|(r, _)| r != codelet) =>
+                    && self
+                        .runner_up
+                        .is_some_and(|(runner_up, _)| runner_up != codelet) =>
             {
                 Prediction {
                     runner_up: Some((codelet, estimate)),
@@ -390,7 +394,6 @@ impl Prediction {
         let next = Prediction {
             runner_up: Some(third),
             third: None,
-            paced: None,
             ..*self
         };
         Some((third.0, next))
@@ -438,7 +441,8 @@ impl Prediction {
                 AfterTrial::Verdict(Verdict::RunnerUp(runner_up))
             }
             (Verdict::Reopen(_), Some((runner_up, _)))
-                if around.before.tailed(self.timing) && self.paced == self.runner_up =>
+                if around.before.tailed(self.timing)
+                    && self.paced.is_some_and(|(paced, _)| paced == runner_up) =>
             {
                 AfterTrial::Verdict(Verdict::RunnerUp(runner_up))
             }

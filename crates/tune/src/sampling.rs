@@ -506,8 +506,13 @@ mod tests {
             location,
             error: 0.0,
         };
-        s.plan.estimates = vec![(0, at(10.0)), (1, at(11.0)), (2, at(14.0)), (3, at(13.0))];
-        s.plan.estimates.push((4, at(12.0)));
+        s.plan.estimates = vec![
+            (0, at(10.0)),
+            (1, at(11.0)),
+            (2, at(14.0)),
+            (3, at(13.0)),
+            (4, at(12.0)),
+        ];
         // The attribute search went on with the codelets that post to everyone at once.
         s.plan.candidates.retain(|c| c.partners == Partners::All);
         let p = s.prediction(0).unwrap();

@@ -24,8 +24,9 @@
 //! self-check 18 calls after the decision (a winner that missed its prediction or won a close
 //! race puts the runner-up on trial for 18 calls, or the best codelet that paces where its
 //! window had a tail, and a close race its third after it; a wrong decision reopens the search
-//! once with the other timing, then keeps the runner-up that beat it). Each instance is drawn from the model by what it is: after a switch, one of the codelet's
-//! switches (after the same predecessor when the traces have one); after a barrier, a barriered
+//! once with the other timing, then keeps the runner-up that beat it, as it does at once a
+//! paced codelet that beat a winner with a tail). Each instance is drawn from the model by what
+//! it is: after a switch, one of the codelet's switches (after the same predecessor when the traces have one); after a barrier, a barriered
 //! instance; else the next steady instance, continuing from a random place after each switch so
 //! that a stretch keeps the trace's bursts. Every rank gets the same traced instance (ranks'
 //! noise stays correlated as it was), and a disturbance is added at the traced rate. Ranks run
@@ -1054,10 +1055,6 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
         {
             let predicted = p.predicted.expect("a check needs a prediction");
             let window = window(p, predicted.timing, &entry);
-            let predicted = match p.trial {
-                Some(_) => predicted,
-                None => predicted.facing(&window, settings.min_gain),
-            };
             sim.consensus();
             p.check_at = None;
             // As src/tuner/drift.rs `drift_check`.
@@ -1080,15 +1077,18 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                         }
                     }
                 },
-                None => match predicted.assess_race(window.realised, settings.min_gain) {
-                    Judgement::Trial(runner_up) => {
-                        p.predicted = Some(predicted);
-                        p.trial = Some(Trial::new(runner_up, window));
-                        p.check_again(settings, k);
-                        None
+                None => {
+                    let predicted = predicted.facing(&window, settings.min_gain);
+                    match predicted.assess_race(window.realised, settings.min_gain) {
+                        Judgement::Trial(runner_up) => {
+                            p.predicted = Some(predicted);
+                            p.trial = Some(Trial::new(runner_up, window));
+                            p.check_again(settings, k);
+                            None
+                        }
+                        Judgement::Verdict(verdict) => Some(verdict),
                     }
-                    Judgement::Verdict(verdict) => Some(verdict),
-                },
+                }
             };
             if let Some(verdict) = verdict {
                 check.get_or_insert(verdict);
