@@ -593,6 +593,23 @@ fn self_checked_loop(
     )
 }
 
+/// The allreduce's tuning after `self_checked_loop` with the allreduce's `delays` (codelet=delay
+/// items, which come first: the first item that applies to a call is taken), then every codelet
+/// but native delayed by `others`.
+fn self_checked_allreduce(
+    flavour: Flavour,
+    np: usize,
+    name: &str,
+    args: &str,
+    delays: &[&str],
+    others: &str,
+) -> Value {
+    let mut all: Vec<String> = delays.iter().map(|d| format!("allreduce:{d}")).collect();
+    all.extend(all_but("allreduce", ALLREDUCE, "native", others));
+    let job = self_checked_loop(flavour, np, name, args, &all);
+    tuning(loop_site(&job.report(), "SITE:allreduce")).clone()
+}
+
 #[test]
 fn self_check_reopens_a_wrong_decision_with_the_other_timing() {
     // ring wins the search (calls 5 to 18 with these knobs, the decision at 19); from call 24
@@ -661,18 +678,14 @@ fn a_call_small_beside_its_period_keeps_the_runner_up_mpich() {
 /// median call fell from 30 to 12 ms between its windows, so its window after (12 ms) is what
 /// ring's 17 ms are judged against: native stays (`trial::Around::winner_time`).
 fn a_trial_is_judged_against_the_winner_before_and_after_it(flavour: Flavour, np: usize) {
-    // The first item that applies to a call is taken: ring's come before all_but's.
-    let mut delays = vec![
-        "allreduce:native=20ms@0..21".to_string(),
-        "allreduce:native=30ms@21..38".to_string(),
-        "allreduce:native=12ms".to_string(),
-        "allreduce:ring=21500us@0..24".to_string(),
-        "allreduce:ring=17ms".to_string(),
+    let delays = [
+        "native=20ms@0..21",
+        "native=30ms@21..38",
+        "native=12ms",
+        "ring=21500us@0..24",
+        "ring=17ms",
     ];
-    delays.extend(all_but("allreduce", ALLREDUCE, "native", "40ms"));
-    let job = self_checked_loop(flavour, np, "around_trial", "100", &delays);
-    let report = job.report();
-    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    let t = &self_checked_allreduce(flavour, np, "around_trial", "100", &delays, "40ms");
     assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
     let check = &t["check"];
     assert_eq!(
@@ -712,19 +725,16 @@ fn a_trial_is_judged_against_the_winner_before_and_after_it_mpich() {
 /// estimate, which reopened the search before; the tail explains native's miss, and ring replaces
 /// it (`check::Prediction::facing`, `after_trial`).
 fn a_winner_with_a_tail_tries_a_paced_codelet(flavour: Flavour, np: usize) {
-    // The first item that applies to a call is taken: the tails come before the steady delays.
-    let mut delays = vec![
-        "allreduce:native=170ms@24/4".to_string(),
-        "allreduce:native=20ms".to_string(),
-        "allreduce:linear=174ms@24/4".to_string(),
-        "allreduce:linear=24ms".to_string(),
-        "allreduce:ring=40ms@24".to_string(),
-        "allreduce:ring=28ms".to_string(),
+    // The tails come before the steady delays (the first item that applies is taken).
+    let delays = [
+        "native=170ms@24/4",
+        "native=20ms",
+        "linear=174ms@24/4",
+        "linear=24ms",
+        "ring=40ms@24",
+        "ring=28ms",
     ];
-    delays.extend(all_but("allreduce", ALLREDUCE, "native", "60ms"));
-    let job = self_checked_loop(flavour, np, "tailed", "90", &delays);
-    let report = job.report();
-    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    let t = &self_checked_allreduce(flavour, np, "tailed", "90", &delays, "60ms");
     let check = &t["check"];
     assert_eq!(
         check["runner_up"], "ring",
