@@ -26,6 +26,8 @@ pub struct Process {
     pub pid: u32,
     /// The MPI library's version string (first line).
     pub mpi: String,
+    /// MPI provides MPI_THREAD_MULTIPLE: the application's threads may be inside MPI at once.
+    pub threads_at_once: bool,
 }
 
 /// The configuration the library loaded with, and the problems found in its knobs.
@@ -71,6 +73,7 @@ pub fn started() -> Option<&'static Process> {
             start_ns: clock::monotonic_ns(),
             pid: std::process::id(),
             mpi: mpi::library_version(),
+            threads_at_once: mpi::threads_at_once(),
         };
         if process.rank == 0 {
             for problem in PROBLEMS.get().into_iter().flatten() {

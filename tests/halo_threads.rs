@@ -76,11 +76,13 @@ fn threaded_halos(flavour: Flavour, np: usize, level: &str) {
             if let Some(codelet) = value.strip_prefix("halo=") {
                 // Every codelet applies to some of the patterns (strided datatypes for pack);
                 // ranks agree on neighbor only when they meet at the same episodes, which
-                // threads taking turns guarantee.
-                let must_run = codelet != "neighbor" || level == "serialized";
-                assert!(
-                    !must_run || codelet_episodes(&report, codelet) > 0,
-                    "{context}: no episode ran {codelet}: {report:#}"
+                // threads taking turns guarantee, and never where threads may call MPI at once.
+                let runs = codelet != "neighbor" || level == "serialized";
+                let ran = codelet_episodes(&report, codelet);
+                assert_eq!(
+                    ran > 0,
+                    runs,
+                    "{context}: {ran} episodes ran {codelet}: {report:#}"
                 );
             } else {
                 let searched: u64 = sites(&report)
@@ -92,6 +94,49 @@ fn threaded_halos(flavour: Flavour, np: usize, level: &str) {
             }
         }
     }
+}
+
+/// One thread at MPI_THREAD_MULTIPLE (`halo_threads multiple SEED 1 ...`), `neighbor` forced:
+/// the ranks would agree on its repeating exchanges as they do in turn, but at that level another
+/// thread could begin or complete an instance of the episode while they agree, so every rank
+/// proposes nothing and the report says why.
+fn neighbor_is_never_agreed_where_threads_may_call_mpi_at_once(flavour: Flavour, np: usize) {
+    let dir = scratch(&format!("halo-threads-agreement-{}", flavour.name()));
+    let program = compile(flavour, "halo_threads.c", &dir);
+    for (level, agreed) in [("serialized", true), ("multiple", false)] {
+        let job = run(flavour, np, &program, &dir)
+            .args(&[level, "1", "1", ITERATIONS, PHASE])
+            .env("COMMTUNE_MODE", "tune")
+            .env("COMMTUNE_FORCE", "halo=neighbor")
+            .go();
+        assert!(
+            job.output.status.success() && job.stdout().contains("halo_threads: results correct"),
+            "{level}:\n{}\n{}",
+            job.stdout(),
+            job.stderr()
+        );
+        let report = job.report();
+        let ran = codelet_episodes(&report, "neighbor");
+        assert_eq!(ran > 0, agreed, "{level}: neighbor ran {ran}: {report:#}");
+        if !agreed {
+            assert!(
+                report
+                    .to_string()
+                    .contains("a rank runs with MPI_THREAD_MULTIPLE"),
+                "{level}: the report says why: {report:#}"
+            );
+        }
+    }
+}
+
+#[test]
+fn neighbor_is_never_agreed_where_threads_may_call_mpi_at_once_openmpi() {
+    neighbor_is_never_agreed_where_threads_may_call_mpi_at_once(OpenMpi, 3);
+}
+
+#[test]
+fn neighbor_is_never_agreed_where_threads_may_call_mpi_at_once_mpich() {
+    neighbor_is_never_agreed_where_threads_may_call_mpi_at_once(Mpich, 2);
 }
 
 #[test]

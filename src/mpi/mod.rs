@@ -294,6 +294,17 @@ pub fn op_name(op: MPI_Op) -> &'static str {
         .map_or("user", |(_, name)| name)
 }
 
+/// Whether MPI provides MPI_THREAD_MULTIPLE to this process: threads may be inside MPI calls
+/// at once.
+pub fn threads_at_once() -> bool {
+    let mut provided = 0;
+    // SAFETY: legal once MPI is initialised; writes one int; reading a constant of mpi-sys.
+    unsafe {
+        ffi::PMPI_Query_thread(&mut provided);
+        provided == ffi::RSMPI_THREAD_MULTIPLE
+    }
+}
+
 /// The MPI library's name and version, from the first line of MPI_Get_library_version.
 pub fn library_version() -> String {
     // MPI_MAX_LIBRARY_VERSION_STRING is 256 in Open MPI and 8192 in MPICH.

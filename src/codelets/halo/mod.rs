@@ -80,7 +80,8 @@ impl HaloRequirement {
             Self::AskedFor => "COMMTUNE_HALO_NEIGHBOR=on (tuning) or COMMTUNE_FORCE=halo=neighbor",
             Self::Agreed => {
                 "every rank of the communicator runs the episode, and the ranks agree on it inside \
-                 the application's MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier"
+                 the application's MPI_Allreduce, MPI_Alltoall, MPI_Allgatherv or MPI_Barrier \
+                 (not under MPI_THREAD_MULTIPLE)"
             }
             Self::PostedAlone => {
                 "every message of the episode posted before any other MPI call, the same messages \

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::codelets::halo::neighbor::{Expected, Schedule};
 use crate::mpi::{self, Comm, PointToPointKind, Spread};
+use crate::runtime;
 
 /// The first instance no rank has begun: reduced from this rank's `closed` instances of an
 /// episode and whether it has an episode open (which may be one more).
@@ -23,6 +24,10 @@ pub(super) fn next_instance(closed: u64, episodes: Episodes) -> i64 {
 /// Every rank proposes its candidate; if all propose the same episode at the same instance, the
 /// graph is built and the episode switches.
 pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::datatype::MpiResult {
+    // Another thread may close or begin an instance of the episode between this rank's count
+    // and the agreement's start (`next_instance`), which would then count instances unlike its
+    // peers and hang them: a rank whose threads may be inside MPI at once proposes nothing.
+    let threads = runtime::process().is_some_and(|p| p.threads_at_once);
     let (entry, identity, messages, list, closed, uncounted) = {
         let c = state(bits);
         let steady = c.as_ref().and_then(|c| {
@@ -31,7 +36,7 @@ pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::d
         });
         // With its instances counted (not beyond MAX_LISTS).
         let counted = steady.and_then(|k| Some((k, *c.as_ref()?.instances.get(&k.list)?)));
-        match counted {
+        match counted.filter(|_| !threads) {
             Some((k, closed)) => (
                 Some(k.entry),
                 k.identity,
@@ -40,19 +45,25 @@ pub(super) fn propose(bits: usize, private: &Comm, episodes: Episodes) -> mpi::d
                 closed,
                 false,
             ),
-            None => (None, 0, Vec::new(), 0, 0, steady.is_some()),
+            None => (None, 0, Vec::new(), 0, 0, steady.is_some() && !threads),
         }
     };
     let ready = i64::from(entry.is_some());
     let identity = (identity >> 2) as i64;
     let next = entry.map_or(0, |_| next_instance(closed, episodes));
-    let [identity, closed_everywhere, ready, next, uncounted] =
-        private.min_max_i64([identity, closed as i64, ready, next, i64::from(uncounted)])?;
+    let [identity, closed_everywhere, ready, next, uncounted, threads] = private.min_max_i64([
+        identity,
+        closed as i64,
+        ready,
+        next,
+        i64::from(uncounted),
+        i64::from(threads),
+    ])?;
     // The first instance no rank has begun.
     let next = next.max;
     let agreed = ready.min == 1 && identity.same_everywhere();
     let Some(entry) = entry.filter(|_| agreed && closed_everywhere.same_everywhere()) else {
-        let why = why_not_agreed(ready, uncounted, agreed);
+        let why = why_not_agreed(ready, uncounted, threads, agreed);
         set_outcome(
             bits,
             format!("at collective call {}: {why}", collective_number(bits)),
@@ -213,7 +224,12 @@ fn all_ok<T>(
 /// Why an agreement point agreed on nothing, from the reduced proposals: whether each rank had
 /// an episode `ready`, had one whose message list it did not count (`uncounted`), and whether
 /// every ready rank proposed the same episode (`same_episode`).
-fn why_not_agreed(ready: Spread, uncounted: Spread, same_episode: bool) -> String {
+fn why_not_agreed(ready: Spread, uncounted: Spread, threads: Spread, same_episode: bool) -> String {
+    if threads.max == 1 {
+        return "a rank runs with MPI_THREAD_MULTIPLE, where another thread may begin or complete \
+                an instance of the episode while the ranks agree"
+            .to_string();
+    }
     if uncounted.max == 1 {
         return format!(
             "a rank counts the instances of {MAX_LISTS} message lists per communicator at most, \
@@ -242,12 +258,17 @@ mod tests {
     #[test]
     fn a_rank_that_stopped_counting_lists_says_so_first() {
         let none = spread(0, 0);
-        let why = why_not_agreed(spread(0, 1), spread(0, 1), false);
+        let why = why_not_agreed(spread(0, 1), spread(0, 1), none, false);
         assert!(why.contains(&format!("{MAX_LISTS} message lists")), "{why}");
-        assert!(why_not_agreed(none, none, false).contains("no rank had"));
-        assert!(why_not_agreed(spread(0, 1), none, false).contains("not every rank"));
+        let why = why_not_agreed(spread(0, 1), spread(0, 1), spread(0, 1), false);
+        assert!(
+            why.contains("MPI_THREAD_MULTIPLE"),
+            "threads come first: {why}"
+        );
+        assert!(why_not_agreed(none, none, none, false).contains("no rank had"));
+        assert!(why_not_agreed(spread(0, 1), none, none, false).contains("not every rank"));
         let (ready, different) = (spread(1, 1), "different instances");
-        assert!(why_not_agreed(ready, none, true).contains(different));
-        assert!(why_not_agreed(ready, none, false).contains("different episodes"));
+        assert!(why_not_agreed(ready, none, none, true).contains(different));
+        assert!(why_not_agreed(ready, none, none, false).contains("different episodes"));
     }
 }
