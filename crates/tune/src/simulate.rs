@@ -18,19 +18,19 @@
 //!
 //! **The replay** (`replay`) runs N calls of the key, with the library's checkpoints (each a
 //! reduction, spaced by `checkpoints::Spacing`): native until the first checkpoint after
-//! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's
-//! own `Sampler`, `Plan` and `Prediction::assess_race` with one sampler per rank and the
-//! estimates reduced to their maximum over ranks (`tuner::consensus`), then the winner, with the
-//! self-check 18 calls after the decision (a winner that missed its prediction or won a close
-//! race puts the runner-up on trial for 18 calls, or the best codelet that paces where its
-//! window had a tail, and a close race its third after it; a wrong decision reopens the search
-//! once with the other timing, then keeps the runner-up that beat it, as it does at once a
-//! paced codelet that beat a winner with a tail). Each instance is drawn from the model by what
-//! it is: after a switch, one of the codelet's switches (after the same predecessor when the traces have one); after a barrier, a barriered
-//! instance; else the next steady instance, continuing from a random place after each switch so
-//! that a stretch keeps the trace's bursts. Every rank gets the same traced instance (ranks'
-//! noise stays correlated as it was), and a disturbance is added at the traced rate. Ranks run
-//! on their own clocks, but no collective or barrier ends before the last rank entered it. The
+//! COMMTUNE_WARMUP calls whose search pays for itself, then the search, driven by the library's own
+//! `Sampler`, `Plan` and `Prediction::assess_race` with one sampler per rank and the estimates
+//! reduced to their maximum over ranks (`tuner::consensus`), then the winner, with the self-check
+//! 18 calls after the decision (a winner that missed its prediction or won a close race puts the
+//! runner-up on trial for 18 calls, or the best codelet that paces where its window had a tail, and
+//! a close race its third after it; a wrong decision reopens the search once with the other timing,
+//! then keeps the runner-up that beat it, as it does at once a paced codelet that beat a winner
+//! with a tail). Each instance is drawn from the model by what it is: after a switch, one of the
+//! codelet's switches (after the same predecessor when the traces have one); after a barrier, a
+//! barriered instance; else the next steady instance, continuing from a random place after each
+//! switch so that a stretch keeps the trace's bursts. Every rank gets the same traced instance
+//! (ranks' noise stays correlated as it was), and a disturbance is added at the traced rate. Ranks
+//! run on their own clocks, but no collective or barrier ends before the last rank entered it. The
 //! run's time is the latest rank's clock at the end; the oracle runs the codelet with the least
 //! mean period (slowest rank, disturbances included) for all N calls.
 //!

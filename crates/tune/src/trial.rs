@@ -80,10 +80,17 @@ pub struct Window {
 pub const TAILED: f64 = 1.25;
 
 impl Window {
-    /// Whether the window has a tail (`TAILED`): its mean call against its median, both
-    /// durations, so not with `period` timing (`timing`), whose window times are periods.
+    /// Its median call where that compares with its time per call: measured, and not under
+    /// `period` timing (`timing`), whose windows' times are periods while their medians are
+    /// calls'.
+    fn comparable_median(&self, timing: Timing) -> Option<f64> {
+        (timing != Timing::Period && self.median > 0.0).then_some(self.median)
+    }
+
+    /// Whether the window has a tail (`TAILED`): its mean call against its median.
     pub fn tailed(&self, timing: Timing) -> bool {
-        timing != Timing::Period && self.median > 0.0 && self.realised > self.median * TAILED
+        self.comparable_median(timing)
+            .is_some_and(|median| self.realised > median * TAILED)
     }
 }
 
@@ -214,8 +221,7 @@ impl Around<Window> {
     /// pace of the window after than the mean of the two (which end of that range favours the
     /// winner: a decision stands unless clearly beaten). Otherwise the mean of the two windows
     /// (`winner_mean`), where a rare long call shows in one window's mean more than in its
-    /// median. Not under `period` timing (`timing`), whose windows' times are periods while
-    /// their medians are calls'.
+    /// median, as under `period` timing (`timing`) and where no median was measured.
     ///
     /// On the 1 Gbit/s rig, 400-call 8-byte alltoall loops (6 traced runs, 7 December 2026):
     /// native's window before a trial of `linear` took 93 us per call (median call 112 us on its
@@ -229,9 +235,9 @@ impl Around<Window> {
     pub fn winner_time(&self, timing: Timing) -> Window {
         match self.after {
             Some(after)
-                if timing != Timing::Period
-                    && after.median > 0.0
-                    && after.median < self.before.median * (1.0 - PACE_FELL) =>
+                if after
+                    .comparable_median(timing)
+                    .is_some_and(|median| median < self.before.median * (1.0 - PACE_FELL)) =>
             {
                 after
             }
