@@ -1010,16 +1010,25 @@ fn budget_stops_a_costly_search_early_with_the_best_so_far() {
 
 /// Calls of each collective of tuned_loop.c for which do no harm lets no search start, whatever
 /// the ranks' timings: a search costs at least its first weighed rounds' instances (its own
-/// collectives free), and pays only when `COST_OVER_GAIN` times that many calls are to come, about
-/// as many as came so far (the allgatherv, with the fewest codelets, would pay first). Forty calls
-/// were enough only while the search's barriers weighed: on a loaded machine where MPICH's calls
-/// took long beside its barriers, the allreduce's search started at call 28.
+/// collectives free), and pays only when `calls_over_instances` times that many calls are to
+/// come, about as many as came so far (the allgatherv, with the fewest codelets, would pay
+/// first), at fewest where native's calls have the longest tail (`MAX_GAIN`). Forty calls were
+/// enough only while the search's barriers weighed: on a loaded machine where MPICH's calls took
+/// long beside its barriers, the allreduce's search started at call 28. The searches run blocks
+/// of `NO_SEARCH_BLOCK` instances, so that these calls are still enough for checkpoints to judge.
+const NO_SEARCH_BLOCK: usize = 4;
+
 fn calls_no_search_pays() -> String {
-    let (least, _) =
-        sampling::rounds_cost(ALLGATHERV.len(), Timing::Barrier, 1, budget::ROUNDS_WEIGHED);
+    let (least, _) = sampling::rounds_cost(
+        ALLGATHERV.len(),
+        Timing::Barrier,
+        NO_SEARCH_BLOCK,
+        budget::ROUNDS_WEIGHED,
+    );
     // The calls to come count the communicator's instances since the key appeared: the loop's
     // later keys expect a few percent more than they had.
-    ((budget::COST_OVER_GAIN * least as f64 * 0.9) as u64).to_string()
+    let times = budget::calls_over_instances(budget::MAX_GAIN);
+    ((times * least as f64 * 0.9) as u64).to_string()
 }
 
 #[test]
@@ -1029,7 +1038,10 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
         2,
         "do_no_harm",
         &calls_no_search_pays(),
-        &[("COMMTUNE_BUDGET", "0.2")],
+        &[
+            ("COMMTUNE_BUDGET", "0.2"),
+            ("COMMTUNE_BLOCK", &NO_SEARCH_BLOCK.to_string()),
+        ],
     );
     let report = job.report();
     // Checkpoints as long as many of these short calls come rarely (about 1 % of the time), so
@@ -1055,6 +1067,49 @@ fn a_search_that_cannot_pay_for_itself_does_not_start() {
     assert!(judged > 0, "no call was judged by do no harm");
 }
 
+/// Do no harm weighs a search by what native's tail costs: native delayed 20 ms one call in four
+/// (its calls otherwise well under a millisecond) has a tail of nearly all its time, so the
+/// allreduce's search starts well before the call from which a typical gain (`budget::GAIN`)
+/// would pay for even the search's instances alone.
+fn native_tail(flavour: Flavour) {
+    let job = tuned_loop(
+        flavour,
+        2,
+        "native_tail",
+        "200",
+        &[
+            ("COMMTUNE_BUDGET", "0.2"),
+            ("COMMTUNE_FORCE", "alltoall=native,allgatherv=native"),
+            ("COMMTUNE_INJECT_DELAY", "allreduce:native=20ms@1/4"),
+        ],
+    );
+    let report = job.report();
+    let t = tuning(loop_site(&report, "SITE:allreduce"));
+    let (instances, _) =
+        sampling::rounds_cost(ALLREDUCE.len(), Timing::Local, 1, budget::ROUNDS_WEIGHED);
+    let typical = budget::COST_OVER_GAIN * instances as f64;
+    let search = events(t, "search");
+    let started = search
+        .first()
+        .unwrap_or_else(|| panic!("the allreduce was searched: {t:#}"))["call"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (started as f64) < typical,
+        "the search started at call {started}, not before {typical}: {t:#}"
+    );
+}
+
+#[test]
+fn a_native_tail_starts_the_search_sooner_openmpi() {
+    native_tail(OpenMpi);
+}
+
+#[test]
+fn a_native_tail_starts_the_search_sooner_mpich() {
+    native_tail(Mpich);
+}
+
 /// Each rank weighs a search with its own times, and a search starts only where every rank finds
 /// it worth it; rank 0, which writes the report, says so when only another rank held it back.
 /// Ranks whose views differ without any timing: rank 0 has no budget limit (every search is
@@ -1071,6 +1126,7 @@ fn worth_it_on_one_rank_only(flavour: Flavour) {
             &calls_no_search_pays(),
         ])
         .env("COMMTUNE_MODE", "tune")
+        .env("COMMTUNE_BLOCK", &NO_SEARCH_BLOCK.to_string())
         .go();
     job.assert_success();
     assert!(job.stdout().contains("tuned_loop: results correct"));

@@ -109,7 +109,7 @@ struct EpisodeTuner {
     /// The rank's episode count at the class's first instance, and the latest check that found
     /// a search would not pay for itself yet (its instances, the instances expected to come).
     born: Option<u64>,
-    not_worth: Option<(u64, f64)>,
+    not_worth: Option<budget::NotWorth>,
     /// Whether the history was asked for this class's episode (once, at the end of warm-up),
     /// and what it predicted, for the report.
     consulted: bool,
@@ -135,7 +135,15 @@ fn worth_searching(t: &mut EpisodeTuner, born: u64, now: u64) -> bool {
         settings.block as usize,
         1,
     );
-    t.not_worth = budget::ready(settings.budget, t.instances, born, now, instances).err();
+    t.not_worth = budget::ready(
+        settings.budget,
+        t.instances,
+        born,
+        now,
+        instances,
+        budget::GAIN,
+    )
+    .err();
     t.not_worth.is_none()
 }
 
@@ -907,9 +915,7 @@ pub fn report(entry: &Entry, ns_per_tick: f64) -> TuningData {
     };
     let reason = match t.not_worth {
         _ if stage != Stage::Warmup => t.reason.map(String::from),
-        Some((instances, remaining)) if t.instances >= warmup => {
-            Some(not_worth_reason(instances, remaining))
-        }
+        Some(not_worth) if t.instances >= warmup => Some(not_worth_reason(&not_worth)),
         _ => Some(warmup_reason(t.instances, warmup)),
     };
     let mut data = Progress {

@@ -311,6 +311,7 @@ fn measured(tuner: &Tuner, step: &Step, start: u64, call_start: u64, end: u64) {
             p.window_start.get_or_insert(call_start);
             p.window.push(end.saturating_sub(call_start));
         }
+        (Phase::Warmup, _) => key.tail.push(end.saturating_sub(start)),
         _ => {}
     }
 }

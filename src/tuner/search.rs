@@ -78,10 +78,11 @@ pub(super) fn checkpoint<C: Operation>(
     };
     if warm {
         let cost = search_cost(candidates.len(), collective_over_call);
-        key.not_worth = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost).err();
+        let gain = key.tail.gain();
+        key.not_worth = budget::ready(settings.budget, at.k, at.tuner.born, at.n, cost, gain).err();
         not_worth_until = key
             .not_worth
-            .map(|_| checkpoints::worth_at(at.k, at.tuner.born, at.n, cost));
+            .map(|_| checkpoints::worth_at(at.k, at.tuner.born, at.n, cost, gain));
     }
     let vote = consensus::Vote {
         key: warm.then_some(at.key.agree_hash()),

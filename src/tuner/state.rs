@@ -15,6 +15,7 @@ use commtune_history::How;
 use commtune_history::predict::Predicted;
 use commtune_report::TuningData;
 use commtune_report::{HistoryPrediction, PredictionTrial, SelfCheck};
+use commtune_tune::budget;
 use commtune_tune::check::{self, Drift, Lead, Prediction};
 use commtune_tune::checkpoints::{Found, Spacing};
 use commtune_tune::report::{
@@ -332,6 +333,8 @@ pub struct TunerState {
     /// The slowest timed call's ticks, left out of the mean call that do no harm weighs a
     /// search's collectives against (a program's first call sets up connections).
     pub slowest_call: u64,
+    /// Native's latest calls in warm-up, for the gain do no harm expects of a search.
+    pub tail: budget::Tail,
     /// The latest decided search (for the report).
     pub decided: Option<Plan>,
     pub reason: Option<&'static str>,
@@ -341,7 +344,7 @@ pub struct TunerState {
     pub partial: u32,
     /// The latest checkpoint that found a search would not pay for itself yet: the search's
     /// instances at most, and the calls expected to remain.
-    pub not_worth: Option<(u64, f64)>,
+    pub not_worth: Option<budget::NotWorth>,
     /// The latest checkpoint found a search worth it on this rank, not on every rank.
     pub not_worth_elsewhere: bool,
     /// What the key ran when, for the report.
@@ -508,8 +511,8 @@ pub const DISMISSED: &str = "dismissed";
 
 /// Why a key that repeated enough is still in warm-up, and what changes it.
 fn no_checkpoint(key: &TunerState, calls: u64, warmup: u64) -> String {
-    if let Some((instances, remaining)) = key.not_worth {
-        return not_worth_reason(instances, remaining);
+    if let Some(not_worth) = &key.not_worth {
+        return not_worth_reason(not_worth);
     }
     if key.not_worth_elsewhere {
         return NOT_WORTH_ELSEWHERE.to_string();

@@ -129,15 +129,16 @@ impl Spacing {
 }
 
 /// The instance of the communicator from which a search of `cost` instances pays for itself
-/// (`budget::worth_searching`) for a key called `calls` times since instance `born`, now at
-/// instance `now`, if it keeps being called at the same rate: at least `now + 1`.
-pub fn worth_at(calls: u64, born: u64, now: u64, cost: u64) -> u64 {
+/// (`budget::worth_searching`, a winner expected to save `gain` of a call) for a key called
+/// `calls` times since instance `born`, now at instance `now`, if it keeps being called at the
+/// same rate: at least `now + 1`.
+pub fn worth_at(calls: u64, born: u64, now: u64, cost: u64, gain: f64) -> u64 {
     let rate = calls as f64 / (now.saturating_sub(born) + 1) as f64;
     if rate <= 0.0 {
         return u64::MAX;
     }
     // remaining_calls at instance m is rate * (m + 1).
-    let at = (budget::COST_OVER_GAIN * cost as f64 / rate).ceil() - 1.0;
+    let at = (budget::calls_over_instances(gain) * cost as f64 / rate).ceil() - 1.0;
     if at >= u64::MAX as f64 {
         u64::MAX
     } else {
@@ -282,26 +283,29 @@ mod tests {
 
     #[test]
     fn a_search_pays_from_the_instance_worth_at_names() {
-        for (calls, born, now, cost) in [(10, 0, 9, 56), (5, 1000, 1100, 56), (30, 0, 89, 400)] {
-            let at = worth_at(calls, born, now, cost);
+        let cases = [(10, 0, 9, 56), (5, 1000, 1100, 56), (30, 0, 89, 400)];
+        for ((calls, born, now, cost), gain) in cases
+            .into_iter()
+            .flat_map(|case| [(case, budget::GAIN), (case, budget::MAX_GAIN)])
+        {
+            let at = worth_at(calls, born, now, cost, gain);
             let rate = calls as f64 / (now - born + 1) as f64;
             let calls_then = |m: u64| (rate * (m - born + 1) as f64).round() as u64;
             assert!(
-                budget::worth_searching(calls_then(at) + 1, born, at, cost),
-                "{calls} calls since {born}, at {now}: {at}"
+                budget::worth_searching(calls_then(at) + 1, born, at, cost, gain),
+                "{calls} calls since {born}, at {now}, gain {gain}: {at}"
             );
-            assert!(!budget::worth_searching(
-                calls_then(at - 2),
-                born,
-                at - 2,
-                cost
-            ));
+            // Worth it already where `at` is the next instance.
+            assert!(
+                at == now + 1
+                    || !budget::worth_searching(calls_then(at - 2), born, at - 2, cost, gain)
+            );
         }
         assert_eq!(
-            worth_at(112, 0, 111, 56),
+            worth_at(112, 0, 111, 56, budget::GAIN),
             112,
             "worth now: the next instance"
         );
-        assert_eq!(worth_at(0, 0, 10, 56), u64::MAX);
+        assert_eq!(worth_at(0, 0, 10, 56, budget::GAIN), u64::MAX);
     }
 }

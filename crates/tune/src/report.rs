@@ -51,16 +51,20 @@ pub const NOT_WORTH_ELSEWHERE: &str = "not searched yet: a search would pay for 
      rank, not yet on every rank (each weighs its cost with its own times, and a search starts \
      only where every rank finds it worth it)";
 
-/// Why a warm key is not searched yet (do no harm, `budget`): a search whose first rounds cost
-/// `instances` (`budget::search_cost`) against the `remaining` calls expected.
-pub fn not_worth_reason(instances: u64, remaining: f64) -> String {
+/// Why a warm key is not searched yet (do no harm, `budget`).
+pub fn not_worth_reason(not_worth: &crate::budget::NotWorth) -> String {
+    let crate::budget::NotWorth {
+        instances,
+        remaining,
+        times,
+    } = not_worth;
     format!(
         "not searched yet: a search's first rounds cost as much as {instances} calls of mostly \
          slower codelets (its own barriers and reductions counted in), and about {remaining:.0} \
-         more calls are expected (as many as so far, at this call's rate), fewer than {} times \
-         that; a search starts when the run has gone on long enough to pay for them \
-         (COMMTUNE_BUDGET=1: at once)",
-        crate::budget::COST_OVER_GAIN
+         more calls are expected (as many as so far, at this call's rate), fewer than {times:.1} \
+         times that (fewer times where the calls so far have a tail a winner may save); a \
+         search starts when the run has gone on long enough to pay for them \
+         (COMMTUNE_BUDGET=1: at once)"
     )
 }
 

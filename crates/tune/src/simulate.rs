@@ -1041,7 +1041,11 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
     let cost = budget::search_cost(instances, collectives, collective_over_call);
     // A checkpoint is a reduction on the slow path; the spacing weighs it as the library does.
     let checkpoint_over_call = model.consensus.iter().copied().max().unwrap_or(0) as f64 / native;
-    let worth = |k: u64| budget::ready(settings.budget, k, 0, k - 1, cost).is_ok();
+    // Each rank weighs the gain by its own native calls' tail; a search starts where every
+    // rank finds it worth it, so at the least gain.
+    let mut tails = vec![budget::Tail::default(); model.ranks];
+    let gain =
+        |tails: &[budget::Tail]| tails.iter().map(|t| t.gain()).fold(f64::INFINITY, f64::min);
     // Checkpoints as the library's: call k is the communicator's instance k - 1.
     let mut spacing = Spacing::default();
     let mut next_checkpoint = Spacing::FIRST;
@@ -1113,13 +1117,17 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                 spacing.weigh(checkpoint_over_call);
             }
             let found = match phase {
-                Phase::Warmup if k >= settings.warmup && worth(k) => {
+                Phase::Warmup
+                    if k >= settings.warmup
+                        && budget::ready(settings.budget, k, 0, k - 1, cost, gain(&tails))
+                            .is_ok() =>
+                {
                     searches += 1;
                     phase = new_search(timing);
                     Found::Busy
                 }
                 Phase::Warmup if k >= settings.warmup => {
-                    Found::NotWorthUntil(checkpoints::worth_at(k, 0, k - 1, cost))
+                    Found::NotWorthUntil(checkpoints::worth_at(k, 0, k - 1, cost, gain(&tails)))
                 }
                 _ => Found::Idle,
             };
@@ -1164,6 +1172,11 @@ pub fn replay(model: &Model, settings: &Settings, calls: u64, seed: u64) -> Outc
                     }
                 }
                 p.calls += u64::from(p.running() == p.winner);
+            }
+            Phase::Warmup => {
+                for (tail, &(entry, _, end)) in tails.iter_mut().zip(&times) {
+                    tail.push(end - entry);
+                }
             }
             _ => {}
         }
