@@ -107,7 +107,7 @@ struct EpisodeTuner {
     last: Option<(u64, usize)>,
     timeline: Timeline,
     /// The rank's episode count at the class's first instance, and the latest check that found
-    /// a search would not pay for itself yet (its instances, the instances expected to come).
+    /// a search would not pay for itself yet, and why.
     born: Option<u64>,
     not_worth: Option<budget::NotWorth>,
     /// Whether the history was asked for this class's episode (once, at the end of warm-up),

@@ -342,8 +342,7 @@ pub struct TunerState {
     /// checkpoints at this key where not every rank was ready at it.
     pub waited: u64,
     pub partial: u32,
-    /// The latest checkpoint that found a search would not pay for itself yet: the search's
-    /// instances at most, and the calls expected to remain.
+    /// The latest checkpoint that found a search would not pay for itself yet, and why.
     pub not_worth: Option<budget::NotWorth>,
     /// The latest checkpoint found a search worth it on this rank, not on every rank.
     pub not_worth_elsewhere: bool,

@@ -1,4 +1,4 @@
-//! Do no harm: whether a key's search can pay for itself, from what every rank knows alike.
+//! Do no harm: whether a key's search can pay for itself, from what the ranks agree on.
 //!
 //! A search runs codelets that are mostly slower than the best, so it costs time that only the
 //! calls after it can win back. How many calls remain is unknown; the estimate is the usual one
@@ -13,8 +13,8 @@
 /// What a search costs over what it gains, per instance: a search instance runs a codelet that
 /// is typically far slower than the best (about 30 % of native's time lost, the codelets'
 /// benchmarks in LD_PRELOAD.md), and a winner typically saves about 15 % of native's time
-/// per call (`GAIN`). A search is worth it when the calls to come are this many times its
-/// instances.
+/// per call (`GAIN`). At that gain a search is worth it when the calls to come are this many
+/// times its instances (at others, `calls_over_instances`).
 pub const COST_OVER_GAIN: f64 = 2.0;
 
 /// The share of a call a winner typically saves.
@@ -23,9 +23,11 @@ pub const GAIN: f64 = 0.15;
 /// The most of native's call a search expects to save, however long native's tail.
 pub const MAX_GAIN: f64 = 0.5;
 
-/// Native's latest calls of a key that its tail is read from, and the fewest that show one.
-pub const TAIL_CALLS: usize = 32;
-pub const TAIL_FROM: usize = 8;
+/// Native's latest calls of a key that its tail is read from.
+const TAIL_CALLS: usize = 32;
+
+/// The fewest calls that show a tail.
+const TAIL_FROM: usize = 8;
 
 /// A key's first calls, which set up connections and warm caches: no part of a tail.
 const SETTLING: u64 = 2;
@@ -39,7 +41,9 @@ const SETTLING: u64 = 2;
 /// to twenty at ten times that, and `pairwise_excl` ran 0.6 of native's time; the 1 MiB
 /// allgatherv's native ran 22 to 60 ms, ring 27 ms every call. Weighing such searches by `GAIN`
 /// alone held them back to calls 29 to 55 of 400 while native cost 6 to 8 % of the run over the
-/// best codelet's time (stop 45's note).
+/// best codelet's time (stop 45's note). A call's time includes waiting for ranks that came
+/// late, which no codelet wins back: where the ranks take turns being late each sees a tail, and
+/// a search starts sooner than it should (LAMMPS on the rig did not lose by it, LD_PRELOAD.md).
 #[derive(Clone, Debug, Default)]
 pub struct Tail {
     /// Calls seen, booked or not.
@@ -119,7 +123,7 @@ pub fn remaining_calls(calls: u64, born: u64, now: u64) -> f64 {
 /// How many times a search's instances the calls to come must be for it to pay, when a winner
 /// is expected to save `gain` of a call.
 pub fn calls_over_instances(gain: f64) -> f64 {
-    COST_OVER_GAIN * GAIN / gain.clamp(GAIN, MAX_GAIN)
+    COST_OVER_GAIN * (GAIN / gain.clamp(GAIN, MAX_GAIN))
 }
 
 /// Whether a search of `instances` (at most) pays for itself over the calls to come, when a

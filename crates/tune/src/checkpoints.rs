@@ -9,7 +9,7 @@
 //! loop of an allreduce worth a search and two short calls that were not, the checkpoints landed
 //! on the short calls, spaced out, and missed the allreduce for hundreds of calls after its
 //! search would have paid. So such a checkpoint also names the instance at which its key's
-//! search will pay if the key keeps its rate (`budget::worth_at`, agreed over ranks), and when
+//! search will pay if the key keeps its rate (`worth_at`, agreed over ranks), and when
 //! the communicator reaches the earliest of these a checkpoint comes there and the interval
 //! starts again from its least (once per doubling of the communicator's instances at most, and
 //! once more if that checkpoint finds the key's search still short of paying).
