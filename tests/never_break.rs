@@ -1,6 +1,7 @@
-//! Legal programs that once hung or computed wrong results under default tuning (issue 16):
-//! handles freed and reused for other objects, more local variants or signatures than the
-//! library keeps apart, a call MPI rejects inside a codelet, a child forked after MPI_Init.
+//! Legal programs that once hung, crashed or computed wrong results under default tuning (issue
+//! 16 and later): handles freed and reused for other objects, a datatype freed while its messages
+//! are in flight, more local variants or signatures than the library keeps apart, a call MPI
+//! rejects inside a codelet, a child forked after MPI_Init.
 //! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
 //! agreement points to every collective); a hang fails the test by its job timeout.
 
@@ -85,6 +86,38 @@ fn freed_datatype_handle_reused_for_another_size_openmpi() {
 #[test]
 fn freed_datatype_handle_reused_for_another_size_mpich() {
     type_reuse(Mpich, 2);
+}
+
+/// A halo exchange frees its derived datatype between posting its messages and completing them,
+/// which the standard allows (they complete normally). Tuned, and with `pack` forced (which
+/// unpacks each receive at its completion), the library must not use the freed type: both MPIs
+/// crashed in the first episodes (a freed type's size and name read when the episode closed,
+/// receives unpacked with it).
+fn type_freed_in_flight(flavour: Flavour, np: usize) {
+    tuned(flavour, np, "type_freed_in_flight.c", &[], &[]);
+    let forced = tuned(
+        flavour,
+        np,
+        "type_freed_in_flight.c",
+        &[],
+        &[("COMMTUNE_FORCE", "halo=pack")],
+    );
+    let report = forced.report();
+    let packed: u64 = common::sites(&report)
+        .iter()
+        .filter_map(|s| s["codelets"]["pack"].as_u64())
+        .sum();
+    assert!(packed > 0, "pack never ran: {report:#}");
+}
+
+#[test]
+fn datatype_freed_while_its_messages_are_in_flight_openmpi() {
+    type_freed_in_flight(OpenMpi, 3);
+}
+
+#[test]
+fn datatype_freed_while_its_messages_are_in_flight_mpich() {
+    type_freed_in_flight(Mpich, 2);
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {

@@ -44,6 +44,10 @@ struct Posted {
     tag: c_int,
     count: i64,
     datatype: mpi::MPI_Datatype,
+    /// The datatype's size, and whether it is derived (the application may free it before the
+    /// episode closes: `Tracker::types_alive`).
+    type_size: i64,
+    derived: bool,
     comm: mpi::MPI_Comm,
     /// The halo codelet that posted it, and whether it posted it differently from native.
     codelet: usize,
@@ -56,6 +60,8 @@ struct Tracker {
     open: usize,
     /// Clock ticks at the episode's first post.
     first_post: u64,
+    /// Watched datatypes freed before the episode's first post (`mpi::datatypes_freed`).
+    types_freed: u64,
     /// The episode's first post (its call site and message), which predicts its key.
     first: u64,
     /// The key this episode is expected to be, from the last episode with the same first post,
@@ -147,6 +153,9 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
     NEIGHBOR
 }
 
+/// The watch of a derived datatype posted in an episode: `mpi::datatypes_freed` counts it.
+fn read_no_more(_datatype: usize) {}
+
 fn first_post(caller: usize, call: &PointToPoint) -> u64 {
     let mut h = FxHasher::default();
     h.write_usize(caller);
@@ -179,9 +188,17 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
         }
         if t.ops.is_empty() {
             t.first_post = clock::now();
+            t.types_freed = mpi::datatypes_freed();
         }
         if call.kind == PointToPointKind::Recv {
             t.recvs += 1;
+        }
+        // A derived datatype is watched so that the episode's close knows whether it may still
+        // read it (a type MPI refuses to watch is never read after its post).
+        let derived = !mpi::is_predefined(call.datatype);
+        let watched = derived && mpi::watch_datatype(call.datatype, read_no_more).is_ok();
+        if derived && !watched {
+            t.types_freed = u64::MAX;
         }
         t.ops.push(Posted {
             request,
@@ -191,6 +208,8 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
             tag: call.tag,
             count: call.count,
             datatype: call.datatype,
+            type_size: mpi::type_size(call.datatype),
+            derived,
             comm: call.comm,
             codelet,
             changed,
@@ -239,6 +258,20 @@ pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
 }
 
 impl Posted {
+    /// The bytes it moves.
+    fn bytes(&self) -> u64 {
+        (self.count * self.type_size).max(0) as u64
+    }
+
+    /// Its datatype's name, read only while the datatype may be (`alive`: see `Tracker`).
+    fn type_name(&self, alive: bool) -> String {
+        if alive || !self.derived {
+            mpi::type_name(self.datatype)
+        } else {
+            format!("derived({} bytes)", self.type_size)
+        }
+    }
+
     fn expected(&self) -> Expected {
         Expected {
             kind: self.kind,
@@ -290,7 +323,10 @@ impl Tracker {
             words: [signature.finish(), self.ops.len() as u64, 0, 0, 0],
         };
         let ops = &self.ops;
-        let (_, entry) = keys::find(key, |site| describe(site, ops));
+        // The application may have freed a derived datatype since its post, and MPI destroyed
+        // it when its messages completed: read none then.
+        let alive = self.types_freed == mpi::datatypes_freed();
+        let (_, entry) = keys::find(key, |site| describe(site, ops, alive));
         let expected = self.predicted.is_some_and(|p| std::ptr::eq(p, entry));
         // Calls after the last post (the completion itself) come after the collective started.
         let posted_alone = self.interrupted_at.is_none_or(|at| at >= ops.len());
@@ -301,7 +337,9 @@ impl Tracker {
             ops.iter().map(Posted::expected),
         );
         if entry.calls() == 0 {
-            limits(ops).into_iter().for_each(|note| entry.note(note));
+            limits(ops, alive)
+                .into_iter()
+                .for_each(|note| entry.note(note));
         }
         // An episode whose messages were not all posted by one codelet counts as native, and
         // so does one whose codelet left every message as it was; messages to MPI_PROC_NULL
@@ -417,8 +455,7 @@ fn identity(ops: &[Posted], bytes: u64) -> Episode {
         } else {
             u32::MAX
         };
-        let bytes = (op.count * mpi::type_size(op.datatype)).max(0) as u64;
-        messages.push((op.kind == PointToPointKind::Send, peer, bytes));
+        messages.push((op.kind == PointToPointKind::Send, peer, op.bytes()));
     }
     Episode {
         comm_size: size,
@@ -454,7 +491,7 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
 const HIDDEN: &str = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
 
 /// What keeps halo codelets from changing an episode, for the report.
-fn limits(ops: &[Posted]) -> Vec<String> {
+fn limits(ops: &[Posted], alive: bool) -> Vec<String> {
     let real: Vec<&Posted> = ops.iter().filter(|o| o.peer != mpi::proc_null()).collect();
     if real.is_empty() {
         return vec!["every message goes to MPI_PROC_NULL: no halo codelet changes it".into()];
@@ -482,7 +519,9 @@ fn limits(ops: &[Posted]) -> Vec<String> {
     if let Some(why) = irecv_first {
         notes.push(format!("halo codelet irecv_first changes nothing: {why}"));
     }
-    let contiguous = |o: &&Posted| Layout::of(o.datatype).is_ok_and(|l| l.is_contiguous());
+    let contiguous = |o: &&Posted| {
+        (alive || !o.derived) && Layout::of(o.datatype).is_ok_and(|l| l.is_contiguous())
+    };
     if real.iter().all(contiguous) {
         notes.push("halo codelet pack: every datatype is contiguous (nothing to pack)".into());
     } else if !mpi::sees_every_call() {
@@ -533,7 +572,7 @@ fn neighbor_not_tried() -> String {
 }
 
 /// The report's description of an episode: its messages in posting order.
-fn describe(site: SiteRef, ops: &[Posted]) -> Description {
+fn describe(site: SiteRef, ops: &[Posted], alive: bool) -> Description {
     let ordinal = {
         let mut n = EPISODES_PER_SITE.entry(site).or_insert(0);
         *n += 1;
@@ -555,7 +594,7 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
             op.peer,
             op.tag,
             op.count,
-            mpi::type_name(op.datatype)
+            op.type_name(alive)
         );
     }
     if ops.len() > 8 {
@@ -568,7 +607,7 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         class.write_u8(op.kind as u8);
         class.write_i32(op.peer);
         class.write_i32(op.tag);
-        class.write_u64(size_class((op.count * mpi::type_size(op.datatype)).max(0) as u64).0);
+        class.write_u64(size_class(op.bytes()).0);
     }
     Description {
         // Halo episodes are tuned per rank: nothing to agree on.
@@ -580,7 +619,7 @@ fn describe(site: SiteRef, ops: &[Posted]) -> Description {
         bytes_per_call: ops
             .iter()
             .filter(|o| o.peer != mpi::proc_null())
-            .map(|o| (o.count * mpi::type_size(o.datatype)).max(0) as u64)
+            .map(Posted::bytes)
             .sum(),
         class: Some(class.finish()),
         // Never described again: the ordinal above names the episode across ranks, and halo

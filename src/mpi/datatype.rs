@@ -303,6 +303,36 @@ impl Indexed {
     }
 }
 
+/// A duplicate of an application's datatype, freed when dropped: what the library keeps to use
+/// the type after the call that named it, since the application may free its own handle while a
+/// message that uses the type is in flight (MPI-4.1 section 5.1.10: the message completes
+/// normally).
+pub struct Duplicate(MPI_Datatype);
+
+// SAFETY: a datatype handle may be used from any thread (MPI_THREAD_MULTIPLE); the library uses
+// a duplicate from one thread at a time, under the lock of the state that holds it.
+unsafe impl Send for Duplicate {}
+
+impl Duplicate {
+    pub fn of(datatype: MPI_Datatype) -> MpiResult<Duplicate> {
+        let mut duplicate = datatype;
+        // SAFETY: writes one handle; a duplicate of a committed type is committed.
+        check(unsafe { ffi::PMPI_Type_dup(datatype, &mut duplicate) })?;
+        Ok(Duplicate(duplicate))
+    }
+
+    pub fn datatype(&self) -> MPI_Datatype {
+        self.0
+    }
+}
+
+impl Drop for Duplicate {
+    fn drop(&mut self) {
+        // SAFETY: frees the duplicate this value made.
+        unsafe { ffi::PMPI_Type_free(&mut self.0) };
+    }
+}
+
 impl Drop for Indexed {
     fn drop(&mut self) {
         // SAFETY: frees the type this value created.

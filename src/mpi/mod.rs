@@ -22,7 +22,7 @@ pub use flavour::{Flavour, at_exit, refuse_other_mpi, sees_every_call};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
 pub use private::duplicate;
 pub use reduce::{Spread, StartedMinMax};
-pub use watch::{is_predefined, watch, watch_datatype};
+pub use watch::{datatypes_freed, is_predefined, watch, watch_datatype};
 
 use mpi_sys as ffi;
 

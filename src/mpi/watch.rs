@@ -6,6 +6,7 @@
 //! needed, and a handle value that MPI reuses for a new object never finds stale state.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
 
 use dashmap::DashMap;
@@ -25,6 +26,8 @@ static COMMS: Watchers = LazyLock::new(DashMap::default);
 static COMM_KEYVAL: OnceLock<c_int> = OnceLock::new();
 static DATATYPES: Watchers = LazyLock::new(DashMap::default);
 static DATATYPE_KEYVAL: OnceLock<c_int> = OnceLock::new();
+/// Watched datatypes freed so far (`datatypes_freed`).
+static DATATYPES_FREED: AtomicU64 = AtomicU64::new(0);
 
 /// Calls `on_free(user's handle bits)` when the application frees `user` (a local call: it only
 /// hangs an attribute on the communicator). Watching again with the same function does nothing.
@@ -45,6 +48,16 @@ pub fn watch_datatype(datatype: MPI_Datatype, on_free: OnFree) -> MpiResult {
     let keyval = datatype_keyval()?;
     // SAFETY: the attribute value is unused; the callback only reads the handle.
     check(unsafe { ffi::PMPI_Type_set_attr(datatype, keyval, std::ptr::null_mut()) })
+}
+
+/// How many watched datatypes the application has freed so far. The application may free a
+/// datatype while messages that use it are in flight (MPI-4.1 section 5.1.10: they complete
+/// normally), and MPI may destroy it when they complete: state that reads a datatype after its
+/// messages completed reads it only where this count did not change since the messages were
+/// posted with it, watched. MPI calls the watch while the datatype is still valid, however late
+/// it destroys it.
+pub fn datatypes_freed() -> u64 {
+    DATATYPES_FREED.load(Ordering::Acquire)
 }
 
 /// Adds `on_free` to the watchers of `bits`; true when it is the object's first watcher (the
@@ -86,6 +99,7 @@ extern "C" fn datatype_freed(
     _value: *mut c_void,
     _extra: *mut c_void,
 ) -> c_int {
+    DATATYPES_FREED.fetch_add(1, Ordering::Release);
     freed(&DATATYPES, datatype.bits())
 }
 

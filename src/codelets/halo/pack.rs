@@ -20,7 +20,7 @@ use rustc_hash::FxBuildHasher;
 
 use super::HaloCodelet;
 use super::HaloRequirement::{EveryCallVisible, IntCount, NonContiguous};
-use crate::mpi::datatype::{Buf, Layout, pack, pack_size, unpack};
+use crate::mpi::datatype::{Buf, Duplicate, Layout, pack, pack_size, unpack};
 use crate::mpi::requests::Pending;
 use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
 
@@ -44,8 +44,9 @@ struct Packed {
     /// Tells this message from a later one MPI gives the same handle.
     ticket: u64,
     bytes: Vec<u8>,
-    /// The application's receive buffer, until unpacked.
-    into: Option<Buf>,
+    /// The application's receive buffer, until unpacked, with a duplicate of its datatype: the
+    /// application may free its own before the message completes.
+    into: Option<(Buf, Duplicate)>,
 }
 
 #[derive(Default)]
@@ -81,6 +82,18 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> Posted {
         return Posted::Refused;
     };
     let receive = call.kind == PointToPointKind::Recv;
+    let into = if receive {
+        let Ok(kept) = Duplicate::of(call.datatype) else {
+            return Posted::Refused;
+        };
+        let app = Buf {
+            datatype: kept.datatype(),
+            ..app
+        };
+        Some((app, kept))
+    } else {
+        None
+    };
     let wire = PointToPoint {
         buf: bytes.as_mut_ptr().cast(),
         count: if receive { bytes.len() } else { used } as i64,
@@ -95,7 +108,7 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> Posted {
         let entry = Packed {
             ticket: state.tickets,
             bytes,
-            into: receive.then_some(app),
+            into,
         };
         // MPI may hand out one handle for several requests that completed at once (Open MPI's
         // sends to itself), or give a completed request's handle to this thread before the thread
@@ -156,14 +169,14 @@ pub fn completed(request: usize, ticket: u64) {
 pub fn found_complete(request: usize) {
     let mut state = state();
     if let Some(p) = state.active.get_mut(&request)
-        && let Some(into) = p.into.take()
+        && let Some((into, _kept)) = p.into.take()
     {
         let _ = unpack(&p.bytes, &into);
     }
 }
 
 fn finish(done: Packed) {
-    if let Some(into) = done.into {
+    if let Some((into, _kept)) = done.into {
         // MPI checked the same message against the same buffer when the receive was posted.
         let _ = unpack(&done.bytes, &into);
     }
