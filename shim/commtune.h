@@ -21,6 +21,8 @@ void commtune_post_deferred(void);
     } while (0)
 
 int commtune_init(int *argc, char ***argv, int required, int *provided);
+/* MPI_Init (required < 0) or MPI_Init_thread through MPICH's `use mpi_f08` bindings. */
+int commtune_init_f08(int required, int *provided);
 int commtune_finalize(void);
 /* Writes what this rank measured (no communication, bounded wait), then calls PMPI_Abort. */
 int commtune_abort(MPI_Comm comm, int errorcode);

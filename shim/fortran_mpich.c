@@ -1,7 +1,8 @@
 /* MPICH Fortran entry points. MPICH's Fortran bindings call the C MPI_* functions, so the C
- * wrappers see them, except where `use mpi_f08` calls PMPI directly: MPI_Finalize (the report
- * would wait for the at-exit fallback) and the Wait and Test families (halo episodes would never
- * close). An f08 TYPE(MPI_Request) and TYPE(MPI_Status) have the C layout in MPICH, LOGICAL is
+ * wrappers see them, except where `use mpi_f08` calls PMPI directly: MPI_Init and
+ * MPI_Init_thread (the library is told that the program makes calls it cannot see: MPI_Barrier,
+ * MPI_Probe, MPI_Request_free and more go to PMPI too), MPI_Finalize (the report would wait for
+ * the at-exit fallback) and the Wait and Test families (halo episodes would never close). An f08 TYPE(MPI_Request) and TYPE(MPI_Status) have the C layout in MPICH, LOGICAL is
  * an int (gfortran's .TRUE. is 1) and indices count from 1. */
 #include "commtune.h"
 
@@ -23,6 +24,18 @@ void mpi_abort_f08_(MPI_Comm *comm, int *errorcode, int *ierror)
     if (ierror != NULL) *ierror = rc;
 }
 
+
+void mpi_init_f08_(int *ierror)
+{
+    int rc = commtune_init_f08(-1, NULL);
+    if (ierror != NULL) *ierror = rc;
+}
+
+void mpi_init_thread_f08_(int *required, int *provided, int *ierror)
+{
+    int rc = commtune_init_f08(*required, provided);
+    if (ierror != NULL) *ierror = rc;
+}
 
 static int index_f(int c) { return c == MPI_UNDEFINED ? c : c + 1; }
 

@@ -1,7 +1,8 @@
 //! Legal programs that once hung, crashed or computed wrong results under default tuning (issue
 //! 16 and later): handles freed and reused for other objects, a datatype freed while its messages
-//! are in flight, more local variants or signatures than the library keeps apart, a call MPI
-//! rejects inside a codelet, a child forked after MPI_Init.
+//! are in flight, MPI calls the library cannot see (MPICH's mpi_f08), more local variants or
+//! signatures than the library keeps apart, a call MPI rejects inside a codelet, a child forked
+//! after MPI_Init.
 //! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
 //! agreement points to every collective); a hang fails the test by its job timeout.
 
@@ -118,6 +119,46 @@ fn datatype_freed_while_its_messages_are_in_flight_openmpi() {
 #[test]
 fn datatype_freed_while_its_messages_are_in_flight_mpich() {
     type_freed_in_flight(Mpich, 2);
+}
+
+/// A halo send, then a blocking MPI_Probe for the peer's reply to it, then the receive, through
+/// `use mpi_f08`: MPICH's mpi_f08 bindings call PMPI_Probe (and PMPI_Init, PMPI_Barrier, ...)
+/// directly, so a codelet that holds the send back until the receive (`irecv_first`) hung the
+/// job there. Tuned, and with `irecv_first` forced, no such codelet runs, and the report says why.
+fn f08_probe(flavour: Flavour) {
+    tuned(flavour, 2, "f08_probe.F90", &[], &[]);
+    let forced = tuned(
+        flavour,
+        2,
+        "f08_probe.F90",
+        &[],
+        &[("COMMTUNE_FORCE", "halo=irecv_first")],
+    );
+    let report = forced.report();
+    let halo: Vec<&serde_json::Value> = common::sites(&report)
+        .iter()
+        .filter(|s| s["op"] == "halo")
+        .collect();
+    assert!(!halo.is_empty(), "{report:#}");
+    for site in halo {
+        assert!(site["codelets"].get("irecv_first").is_none(), "{site:#}");
+        assert!(
+            site["notes"]
+                .to_string()
+                .contains("so not every MPI call is visible"),
+            "{site:#}"
+        );
+    }
+}
+
+#[test]
+fn f08_bindings_that_call_pmpi_hold_nothing_back_openmpi() {
+    f08_probe(OpenMpi);
+}
+
+#[test]
+fn f08_bindings_that_call_pmpi_hold_nothing_back_mpich() {
+    f08_probe(Mpich);
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {

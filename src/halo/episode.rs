@@ -475,7 +475,7 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
     } else if !predicted && matches!(forced, PERSISTENT | IRECV_FIRST) {
         "it starts with the episode's second instance (the first is posted natively)".to_string()
     } else if forced != PERSISTENT && !mpi::sees_every_call() {
-        HIDDEN.to_string()
+        mpi::hidden_calls().to_string()
     } else if real.iter().any(|o| o.codelet == forced) {
         format!(
             "some of its messages were posted natively (requires {})",
@@ -486,9 +486,6 @@ fn not_run(forced: usize, ops: &[Posted], predicted: bool) -> Option<String> {
     };
     Some(reason)
 }
-
-/// Why halo codelets that need every MPI call to pass through the library do not apply.
-const HIDDEN: &str = "Open MPI's Fortran bindings are loaded, so not every MPI call is visible";
 
 /// What keeps halo codelets from changing an episode, for the report.
 fn limits(ops: &[Posted], alive: bool) -> Vec<String> {
@@ -506,7 +503,7 @@ fn limits(ops: &[Posted], alive: bool) -> Vec<String> {
     if real.iter().any(|o| c_int::try_from(o.count).is_err()) {
         notes.push("halo codelet persistent: counts beyond an int are posted natively".into());
     }
-    let hidden = HIDDEN;
+    let hidden = mpi::hidden_calls();
     let first_send = ops.iter().position(|o| o.kind == PointToPointKind::Send);
     let last_recv = ops.iter().rposition(|o| o.kind == PointToPointKind::Recv);
     let irecv_first = match (first_send, last_recv) {
@@ -551,7 +548,7 @@ fn neighbor_not_tried() -> String {
          (COMMTUNE_FORCE=halo=neighbor runs it in any mode)"
             .into()
     } else if asked {
-        format!("it needs every MPI call visible: {HIDDEN}")
+        format!("it needs every MPI call visible: {}", mpi::hidden_calls())
     } else if let Some(other) = forced {
         format!(
             "COMMTUNE_FORCE=halo={} forces another codelet",
@@ -561,7 +558,7 @@ fn neighbor_not_tried() -> String {
         let visible = if mpi::sees_every_call() {
             ""
         } else {
-            " (not with Open MPI's Fortran bindings, which hide MPI calls)"
+            " (not with Open MPI's Fortran bindings or MPICH's mpi_f08, which hide MPI calls)"
         };
         format!(
             "it changes which messages match, so every rank must agree to it: \

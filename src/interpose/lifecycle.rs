@@ -54,6 +54,19 @@ pub extern "C" fn commtune_init(
     rc
 }
 
+/// MPI_Init (`required` < 0) or MPI_Init_thread through MPICH's `use mpi_f08` bindings
+/// (shim/fortran_mpich.c), which call PMPI_Init directly and make most other calls unseen too.
+#[unsafe(no_mangle)]
+pub extern "C" fn commtune_init_f08(required: c_int, provided: *mut c_int) -> c_int {
+    mpi::mpich_f08_in_use();
+    commtune_init(
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        required,
+        provided,
+    )
+}
+
 /// Builds what the first intercepted call would otherwise pay for (ARCHITECTURE.md, invariant
 /// 7): the tables of keys and sites, the main program's path, the host name (the report's).
 fn prepare() {

@@ -2,6 +2,7 @@
 
 use std::ffi::CStr;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MPI_Comm;
 
@@ -68,19 +69,43 @@ fn is_loaded(soname: &CStr) -> bool {
 
 /// Whether every MPI call of the application passes through the library's C entry points.
 /// Open MPI's Fortran bindings call PMPI directly, so in a program that loads them most Fortran
-/// MPI calls go unseen; MPICH's bindings call the C MPI_* functions.
+/// MPI calls go unseen. MPICH's mpif.h and `use mpi` bindings call the C MPI_* functions, but its
+/// `use mpi_f08` bindings call PMPI directly for most functions (MPI_Init, MPI_Barrier, MPI_Probe,
+/// MPI_Request_free, MPI_Cancel, MPI_Start, ...): a program that initialises MPI through them
+/// (`mpich_f08_in_use`) makes calls the library cannot see.
 pub fn sees_every_call() -> bool {
-    static SEES: LazyLock<bool> = LazyLock::new(|| match Flavour::BUILT {
-        Flavour::Mpich => true,
-        Flavour::OpenMpi => ![
+    static OPEN_MPI_SEES: LazyLock<bool> = LazyLock::new(|| {
+        ![
             c"libmpi_mpifh.so.40",
             c"libmpi_usempif08.so.40",
             c"libmpi_usempi_ignore_tkr.so.40",
         ]
         .into_iter()
-        .any(is_loaded),
+        .any(is_loaded)
     });
-    *SEES
+    match Flavour::BUILT {
+        Flavour::Mpich => !MPICH_F08.load(Ordering::Acquire),
+        Flavour::OpenMpi => *OPEN_MPI_SEES,
+    }
+}
+
+/// Why not every MPI call is visible (`sees_every_call` false), for the report.
+pub fn hidden_calls() -> &'static str {
+    match Flavour::BUILT {
+        Flavour::Mpich => "MPICH's mpi_f08 bindings are in use, so not every MPI call is visible",
+        Flavour::OpenMpi => {
+            "Open MPI's Fortran bindings are loaded, so not every MPI call is visible"
+        }
+    }
+}
+
+/// Set once the program initialised MPI through MPICH's `use mpi_f08` bindings.
+static MPICH_F08: AtomicBool = AtomicBool::new(false);
+
+/// The program initialises MPI through MPICH's `use mpi_f08` bindings (shim/fortran_mpich.c),
+/// before any halo message is posted.
+pub fn mpich_f08_in_use() {
+    MPICH_F08.store(true, Ordering::Release);
 }
 
 /// Stops the process, with a message that says which build to use, when it has the other

@@ -18,7 +18,9 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 
 pub use calls::{Allgatherv, Allreduce, Alltoall, Counts, PointToPoint, PointToPointKind};
 pub use comm::{Comm, Requests};
-pub use flavour::{Flavour, at_exit, refuse_other_mpi, sees_every_call};
+pub use flavour::{
+    Flavour, at_exit, hidden_calls, mpich_f08_in_use, refuse_other_mpi, sees_every_call,
+};
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
 pub use private::duplicate;
 pub use reduce::{Spread, StartedMinMax};

@@ -33,8 +33,9 @@ pub enum HaloRequirement {
     NotInFlight,
     /// An episode seen before, so its receive count is known.
     EpisodeSeenBefore,
-    /// Every MPI call of the program goes through the library (Open MPI's Fortran bindings call
-    /// PMPI directly, and one of their calls could block while a message waits).
+    /// Every MPI call of the program goes through the library (Open MPI's Fortran bindings and
+    /// MPICH's mpi_f08 call PMPI directly, and one of their calls could block while a message
+    /// waits).
     EveryCallVisible,
     /// A non-contiguous datatype (a contiguous message is posted as it is).
     NonContiguous,
@@ -67,7 +68,7 @@ impl HaloRequirement {
             Self::NotInFlight => "no post of the same message in flight",
             Self::EpisodeSeenBefore => "an episode seen before (its receive count is known)",
             Self::EveryCallVisible => {
-                "every MPI call of the program visible (not Open MPI's Fortran bindings)"
+                "every MPI call of the program visible (not Open MPI's Fortran bindings or MPICH's mpi_f08)"
             }
             Self::NonContiguous => {
                 "a non-contiguous datatype (contiguous messages are posted as they are)"
