@@ -158,3 +158,50 @@ fn threads_at_once_mpich() {
 fn threads_in_turn_mpich() {
     threaded_halos(Mpich, 2, "serialized");
 }
+
+/// Two threads of rank 0 send on one channel in an order the program sets, the first within an
+/// episode whose codelet holds its send back (tests/programs/threads_channel_order.c): the second
+/// thread's send overtook the held one, and rank 1 received them swapped, with `irecv_first`
+/// forced and under tuning (MPICH). Forced `irecv_first` (which the test checks ran), forced
+/// `pairwise` and tuning must all keep the program's order.
+fn another_threads_post_keeps_the_channel_order(flavour: Flavour) {
+    let dir = scratch(&format!("halo-threads-channel-order-{}", flavour.name()));
+    let program = compile(flavour, "threads_channel_order.c", &dir);
+    for (knob, value) in [
+        ("COMMTUNE_FORCE", "halo=irecv_first"),
+        ("COMMTUNE_FORCE", "halo=pairwise"),
+        ("COMMTUNE_BUDGET", "1"),
+    ] {
+        let job = run(flavour, 2, &program, &dir)
+            .env("COMMTUNE_MODE", "tune")
+            .env(knob, value)
+            .go();
+        assert!(
+            job.output.status.success()
+                && job
+                    .stdout()
+                    .contains("threads_channel_order: results correct"),
+            "{knob}={value}:\n{}\n{}",
+            job.stdout(),
+            job.stderr()
+        );
+        if value == "halo=irecv_first" {
+            let report = job.report();
+            let held = sites(&report)
+                .iter()
+                .filter_map(|s| s["codelets"]["irecv_first"].as_u64())
+                .sum::<u64>();
+            assert!(held > 0, "irecv_first never ran: {report:#}");
+        }
+    }
+}
+
+#[test]
+fn another_threads_post_keeps_the_channel_order_openmpi() {
+    another_threads_post_keeps_the_channel_order(OpenMpi);
+}
+
+#[test]
+fn another_threads_post_keeps_the_channel_order_mpich() {
+    another_threads_post_keeps_the_channel_order(Mpich);
+}

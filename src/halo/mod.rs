@@ -142,6 +142,7 @@ thread_local! {
 /// `request` is the application's request variable.
 pub fn post(caller: usize, call: &PointToPoint, request: &mut MPI_Request) -> c_int {
     pack::poll_orphans(false);
+    deferred::post_others_listed();
     let codelet = episode::codelet(caller, call);
     let (rc, outcome) = match codelet {
         PERSISTENT => match persistent::start(call) {

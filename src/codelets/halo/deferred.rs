@@ -6,13 +6,14 @@
 //! while an operation waits.
 //!
 //! The list is process-wide, not per thread: a thread that blocks in MPI while another thread's
-//! sends wait would otherwise deadlock. Whoever takes operations off the list starts them before
+//! sends wait would otherwise deadlock, and a thread's post must not overtake another thread's
+//! held message of its channel where the program ordered the two (`post_others_listed`). Whoever takes operations off the list starts them before
 //! releasing it: a thread that finds the list empty (its own operations taken by another thread's
 //! MPI call) may then complete them at once, so they must be active by then.
 
 use std::ffi::c_int;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use super::persistent::{self, Reserved};
 
@@ -47,16 +48,41 @@ pub fn neighbor_released() {
     commtune_deferred_pending.fetch_sub(NEIGHBOR_HOLDER, Ordering::Release);
 }
 
-/// Held operations; for those that may be exchanged step by step (`pairwise`), this rank's rank
-/// in their communicator.
-static DEFERRED: Mutex<Vec<(Reserved, Option<c_int>)>> = Mutex::new(Vec::new());
+/// Held operations in posting order; for those that may be exchanged step by step (`pairwise`),
+/// this rank's rank in their communicator.
+struct Held {
+    operations: Vec<(Reserved, Option<c_int>)>,
+    /// The thread that posted each (`this_thread`).
+    threads: Vec<u64>,
+}
+
+static DEFERRED: Mutex<Held> = Mutex::new(Held {
+    operations: Vec::new(),
+    threads: Vec::new(),
+});
+
+/// Threads that held an operation so far.
+static THREADS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static THIS_THREAD: u64 = THREADS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn this_thread() -> u64 {
+    THIS_THREAD.with(|t| *t)
+}
+
+fn held() -> std::sync::MutexGuard<'static, Held> {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Holds `request` (a persistent request the application already holds) until `post_all`, or,
 /// with `stepwise` (this rank's rank in the message's communicator), until the MPI_Waitall that
 /// completes it (`take_all`).
 pub fn defer(request: Reserved, stepwise: Option<c_int>) {
-    let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    deferred.push((request, stepwise));
+    let mut held = held();
+    held.operations.push((request, stepwise));
+    held.threads.push(this_thread());
     commtune_deferred_pending.fetch_or(LISTED, Ordering::Release);
 }
 
@@ -72,11 +98,12 @@ pub fn any() -> bool {
 pub fn start_all_but(
     keep: impl FnOnce(&[(Reserved, Option<c_int>)]) -> Vec<bool>,
 ) -> Vec<(Reserved, Option<c_int>)> {
-    let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-    let kept = keep(&deferred);
+    let mut held = held();
+    let kept = keep(&held.operations);
     let mut taken = Vec::new();
     let kept = kept.into_iter().chain(std::iter::repeat(false));
-    for ((request, stepwise), keep) in deferred.drain(..).zip(kept) {
+    held.threads.clear();
+    for ((request, stepwise), keep) in held.operations.drain(..).zip(kept) {
         if keep {
             taken.push((request, stepwise));
         } else {
@@ -95,6 +122,43 @@ pub fn start_all_but(
 pub fn post_listed() {
     if commtune_deferred_pending.load(Ordering::Acquire) & LISTED != 0 {
         start_all_but(|_| Vec::new());
+    }
+}
+
+/// Starts the operations other threads hold, in posting order, before this thread posts a message
+/// (at once or held): MPI matches a channel's messages in the order the program posted them, and
+/// the program may have ordered its threads' posts (MPI_THREAD_SERIALIZED, or a lock). This
+/// thread's own held operations keep their place: its episode's codelet orders them
+/// (`post_listed_then`).
+pub fn post_others_listed() {
+    if commtune_deferred_pending.load(Ordering::Acquire) & LISTED == 0 {
+        return;
+    }
+    let me = this_thread();
+    let mut held = held();
+    if held.threads.iter().all(|&t| t == me) {
+        return;
+    }
+    let Held {
+        operations,
+        threads,
+    } = std::mem::replace(
+        &mut *held,
+        Held {
+            operations: Vec::new(),
+            threads: Vec::new(),
+        },
+    );
+    for (operation, thread) in operations.into_iter().zip(threads) {
+        if thread == me {
+            held.operations.push(operation);
+            held.threads.push(thread);
+        } else {
+            persistent::begin(operation.0);
+        }
+    }
+    if held.operations.is_empty() {
+        commtune_deferred_pending.fetch_and(!LISTED, Ordering::Release);
     }
 }
 
