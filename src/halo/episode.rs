@@ -279,6 +279,7 @@ impl Posted {
             tag: self.tag,
             count: self.count,
             datatype: Shared::new(self.datatype),
+            bytes: self.count * self.type_size,
             comm: Shared::new(self.comm),
         }
     }

@@ -5,7 +5,9 @@
  * messages another way (`pack`: as MPI_PACKED bytes) still unpacks each receive at completion
  * and must not use the freed type; episode statistics read at completion must not either.
  * Every episode makes the same layout, so the key repeats and gets tuned (MPI may or may not
- * give the freed type's handle back). Prints "type_freed_in_flight: results correct".
+ * give the freed type's handle back); an MPI_Allreduce follows each (where ranks may agree on
+ * `neighbor` from the episodes they recorded, types freed since). Prints
+ * "type_freed_in_flight: results correct".
  * usage: type_freed_in_flight [episodes (default 200)] */
 #include <mpi.h>
 #include <stdio.h>
@@ -48,6 +50,8 @@ int main(int argc, char **argv)
             if (in[i] != from_left) failures++;
             if (in[ELEMENTS * STRIDE + i] != from_right) failures++;
         }
+        int wrong = failures, any = 0;
+        MPI_Allreduce(&wrong, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     }
     int total = 0;
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -53,6 +53,8 @@ pub struct Expected {
     pub tag: c_int,
     pub count: i64,
     pub datatype: Shared<MPI_Datatype>,
+    /// The bytes it moves, from its post: the application may free the datatype after it.
+    pub bytes: i64,
     pub comm: Shared<MPI_Comm>,
 }
 

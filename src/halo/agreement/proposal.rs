@@ -152,13 +152,12 @@ fn build(
     if let Err(why) = all_ok(private, counted, PEERS_DIFFER)? {
         return Ok(Err(why));
     }
-    let bytes = |m: &Expected| m.count * mpi::type_size(m.datatype.get());
     let mut lists: HashMap<c_int, Vec<i64>> = HashMap::new();
     for m in messages.iter().filter(|m| m.kind == PointToPointKind::Send) {
         lists
             .entry(m.peer)
             .or_default()
-            .extend([i64::from(m.tag), bytes(m)]);
+            .extend([i64::from(m.tag), m.bytes]);
     }
     let sends: Vec<(c_int, Vec<i64>)> = lists.into_iter().collect();
     let recvs: Vec<(c_int, usize)> = (0..size)
@@ -182,7 +181,7 @@ fn build(
             send: m.kind == PointToPointKind::Send,
             peer: m.peer,
             tag: m.tag,
-            bytes: bytes(m),
+            bytes: m.bytes,
         })
         .collect();
     let paired = edges::pair(&mine, &incoming);
