@@ -170,13 +170,15 @@ fn savings_are_measured(flavour: Flavour) {
     assert!(figure(saving, "replaced_us") >= 50_000.0, "{tuning:#}");
     assert!(figure(saving, "low_s") > 0.0, "{tuning:#}");
 
-    // Ring takes twice its estimate from the self-check on (its search is calls 9 to 24: the
-    // checkpoint at call 5 is acted on four calls later), still below native's 20 ms estimate:
-    // the decision is kept without a trial, and its saving against native's search calls
-    // (below 8 in production before them), understated, is still claimed.
+    // Ring takes four times its estimate from the self-check on (its search is calls 9 to 24:
+    // the checkpoint at call 5 is acted on four calls later), still below native's 40 ms
+    // estimate: the decision is kept without a trial, and its saving against native's search
+    // calls (below 8 in production before them), understated, is still claimed. (A loaded
+    // machine adds about the same to every call: ring's 5 ms samples took 24 ms once, and twice
+    // its estimate was not enough to miss it.)
     let (tuning, _) = tuned(
         "miss",
-        "allreduce:native=20ms,allreduce:ring=10ms@25,allreduce:ring=5ms",
+        "allreduce:native=40ms,allreduce:ring=20ms@25,allreduce:ring=5ms",
     );
     let check = &tuning["check"];
     assert_eq!(check["verdict"], "kept", "{tuning:#}");
