@@ -1,8 +1,8 @@
 //! Legal programs that once hung, crashed or computed wrong results under default tuning (issue
 //! 16 and later): handles freed and reused for other objects, a datatype freed while its messages
-//! are in flight, MPI calls the library cannot see (MPICH's mpi_f08), more local variants or
-//! signatures than the library keeps apart, a call MPI rejects inside a codelet, a child forked
-//! after MPI_Init.
+//! are in flight, MPI calls the library cannot see (MPICH's mpi_f08), a completion call that
+//! fails for one of its messages, more local variants or signatures than the library keeps
+//! apart, a call MPI rejects inside a codelet, a child forked after MPI_Init.
 //! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
 //! agreement points to every collective); a hang fails the test by its job timeout.
 
@@ -159,6 +159,38 @@ fn f08_bindings_that_call_pmpi_hold_nothing_back_openmpi() {
 #[test]
 fn f08_bindings_that_call_pmpi_hold_nothing_back_mpich() {
     f08_probe(Mpich);
+}
+
+/// One of two strided receives completed by MPI_Waitall is truncated under MPI_ERRORS_RETURN
+/// (tests/programs/packed_receive_error.c): MPI_Waitall returns MPI_ERR_IN_STATUS, and the other
+/// receive completed and must hold its data. With `pack` forced it stayed packed (the library
+/// unpacked nothing after a failed call) and the entry outlived its request, whose handle MPI
+/// gives out again.
+fn packed_receive_error(flavour: Flavour) {
+    tuned(flavour, 2, "packed_receive_error.c", &[], &[]);
+    let forced = tuned(
+        flavour,
+        2,
+        "packed_receive_error.c",
+        &[],
+        &[("COMMTUNE_FORCE", "halo=pack")],
+    );
+    let report = forced.report();
+    let packed: u64 = common::sites(&report)
+        .iter()
+        .filter_map(|s| s["codelets"]["pack"].as_u64())
+        .sum();
+    assert!(packed > 0, "pack never ran: {report:#}");
+}
+
+#[test]
+fn a_failed_completion_still_delivers_the_receives_it_completed_openmpi() {
+    packed_receive_error(OpenMpi);
+}
+
+#[test]
+fn a_failed_completion_still_delivers_the_receives_it_completed_mpich() {
+    packed_receive_error(Mpich);
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {

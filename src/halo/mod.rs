@@ -231,6 +231,18 @@ pub fn observe<'i>(
     if tracking {
         episode::completed(caller, &before, &completed);
     }
+    if packed && matches!(completed, Completed::Unknown) {
+        // The call failed (MPI_ERR_IN_STATUS): MPI freed the requests it completed, failed or
+        // not, and left the others pending. A packed receive that completed is unpacked now, and
+        // its entry goes: MPI may give its handle to a later message.
+        for (i, owner) in owners.iter().enumerate() {
+            if let Owner::Packed(ticket) = *owner
+                && requests[i].bits() == mpi::request_null().bits()
+            {
+                pack::completed(before[i], ticket);
+            }
+        }
+    }
     if ours || packed {
         completed.each(requests.len(), |i| match owners[i] {
             Owner::Application => {}
