@@ -1,8 +1,9 @@
 //! Legal programs that once hung, crashed or computed wrong results under default tuning (issue
 //! 16 and later): handles freed and reused for other objects, a datatype freed while its messages
 //! are in flight, MPI calls the library cannot see (MPICH's mpi_f08), a completion call that
-//! fails for one of its messages, more local variants or signatures than the library keeps
-//! apart, a call MPI rejects inside a codelet, a child forked after MPI_Init.
+//! fails for one of its messages, a send type MPI ignores (in place), an attribute cached on a
+//! communicator, more local variants or signatures than the library keeps apart, a call MPI
+//! rejects inside a codelet, a child forked after MPI_Init.
 //! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
 //! agreement points to every collective); a hang fails the test by its job timeout.
 
@@ -191,6 +192,33 @@ fn a_failed_completion_still_delivers_the_receives_it_completed_openmpi() {
 #[test]
 fn a_failed_completion_still_delivers_the_receives_it_completed_mpich() {
     packed_receive_error(Mpich);
+}
+
+/// Alltoall and allgatherv in place, where MPI ignores the send count and type: rank 0 passes
+/// MPI_DATATYPE_NULL (tests/programs/in_place_null_sendtype.c). The library took rank 0's calls
+/// for invalid, passed them to MPI uncounted, and the other ranks' checkpoints waited for it: a
+/// hang.
+#[test]
+fn in_place_send_type_is_ignored_openmpi() {
+    tuned(OpenMpi, 3, "in_place_null_sendtype.c", &[], &[]);
+}
+
+#[test]
+fn in_place_send_type_is_ignored_mpich() {
+    tuned(Mpich, 2, "in_place_null_sendtype.c", &[], &[]);
+}
+
+/// A communicator with an attribute whose delete callback frees its value
+/// (tests/programs/attribute_copies.c): the library's duplicate for tuning copied the attribute
+/// (MPI_Comm_dup runs the copy callbacks), so the value was freed twice, and the process aborted.
+#[test]
+fn the_librarys_duplicate_copies_no_attribute_openmpi() {
+    tuned(OpenMpi, 3, "attribute_copies.c", &[], &[]);
+}
+
+#[test]
+fn the_librarys_duplicate_copies_no_attribute_mpich() {
+    tuned(Mpich, 2, "attribute_copies.c", &[], &[]);
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {

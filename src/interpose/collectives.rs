@@ -167,6 +167,20 @@ fn send_side(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatyp
     }
 }
 
+/// The send type as the library reads it: in place, `recvtype`, since MPI ignores the send type
+/// then and each rank may pass anything, MPI_DATATYPE_NULL on some ranks only.
+fn send_type(
+    sendbuf: *const c_void,
+    sendtype: MPI_Datatype,
+    recvtype: MPI_Datatype,
+) -> MPI_Datatype {
+    if mpi::is_in_place(sendbuf) {
+        recvtype
+    } else {
+        sendtype
+    }
+}
+
 /// A send count as a key reads it: in place, the count is not read (it has no meaning).
 fn send_word(sendbuf: *const c_void, sendcount: MPI_Count) -> u64 {
     if mpi::is_in_place(sendbuf) {
@@ -178,7 +192,10 @@ fn send_word(sendbuf: *const c_void, sendcount: MPI_Count) -> u64 {
 
 impl Intercepted for Alltoall {
     fn datatypes(&self) -> [MPI_Datatype; 2] {
-        [self.sendtype, self.recvtype]
+        [
+            send_type(self.sendbuf, self.sendtype, self.recvtype),
+            self.recvtype,
+        ]
     }
 
     fn key(&self, caller: usize) -> CallKey {
@@ -188,7 +205,7 @@ impl Intercepted for Alltoall {
             words: [
                 self.comm.bits() as u64,
                 send_word(self.sendbuf, self.sendcount),
-                self.sendtype.bits() as u64,
+                send_type(self.sendbuf, self.sendtype, self.recvtype).bits() as u64,
                 self.recvcount as u64,
                 self.recvtype.bits() as u64,
             ],
@@ -215,7 +232,14 @@ impl Intercepted for Alltoall {
             facts,
             bytes_per_call: self.bytes(i64::from(size)),
             class: None,
-            handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
+            handles: keys::freeable(
+                self.comm,
+                &[
+                    send_type(self.sendbuf, self.sendtype, self.recvtype),
+                    self.recvtype,
+                ],
+                None,
+            ),
         }
     }
 }
@@ -250,7 +274,10 @@ pub extern "C" fn commtune_allgatherv(
 
 impl Intercepted for Allgatherv {
     fn datatypes(&self) -> [MPI_Datatype; 2] {
-        [self.sendtype, self.recvtype]
+        [
+            send_type(self.sendbuf, self.sendtype, self.recvtype),
+            self.recvtype,
+        ]
     }
 
     fn checked(self) -> Self {
@@ -278,7 +305,7 @@ impl Intercepted for Allgatherv {
             words: [
                 self.comm.bits() as u64,
                 send_word(self.sendbuf, self.sendcount),
-                self.sendtype.bits() as u64,
+                send_type(self.sendbuf, self.sendtype, self.recvtype).bits() as u64,
                 self.recvtype.bits() as u64,
                 layout.finish(),
             ],
@@ -313,7 +340,14 @@ impl Intercepted for Allgatherv {
             facts,
             bytes_per_call: self.bytes(size),
             class: None,
-            handles: keys::freeable(self.comm, &[self.sendtype, self.recvtype], None),
+            handles: keys::freeable(
+                self.comm,
+                &[
+                    send_type(self.sendbuf, self.sendtype, self.recvtype),
+                    self.recvtype,
+                ],
+                None,
+            ),
         }
     }
 }
