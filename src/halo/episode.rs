@@ -195,7 +195,8 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
         }
         // A derived datatype is watched so that the episode's close knows whether it may still
         // read it (a type MPI refuses to watch is never read after its post).
-        let derived = !mpi::is_predefined(call.datatype);
+        let (type_size, predefined) = mpi::size_if_predefined(call.datatype);
+        let derived = !predefined;
         let watched = derived && mpi::watch_datatype(call.datatype, read_no_more).is_ok();
         if derived && !watched {
             t.types_freed = u64::MAX;
@@ -208,7 +209,7 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
             tag: call.tag,
             count: call.count,
             datatype: call.datatype,
-            type_size: mpi::type_size(call.datatype),
+            type_size,
             derived,
             comm: call.comm,
             codelet,

@@ -24,7 +24,7 @@ pub use flavour::{
 pub use mpi_sys::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
 pub use private::duplicate;
 pub use reduce::{Spread, StartedMinMax};
-pub use watch::{datatypes_freed, is_predefined, watch, watch_datatype};
+pub use watch::{datatypes_freed, is_predefined, size_if_predefined, watch, watch_datatype};
 
 use mpi_sys as ffi;
 

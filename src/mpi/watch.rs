@@ -5,6 +5,7 @@
 //! is freed (from C, Fortran or anything else), so no MPI_Comm_free/MPI_Type_free wrapper is
 //! needed, and a handle value that MPI reuses for a new object never finds stale state.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
@@ -101,6 +102,32 @@ extern "C" fn datatype_freed(
 ) -> c_int {
     DATATYPES_FREED.fetch_add(1, Ordering::Release);
     freed(&DATATYPES, datatype.bits())
+}
+
+/// The size of `datatype` and whether it is predefined (never freed, so its handle never changes
+/// meaning): a thread remembers the last predefined types it asked about, so that a halo post
+/// queries MPI only for derived ones. On shared memory (2 ranks, episodes of four 64-byte
+/// messages, profile mode, against the library before it watched types) the two queries at every
+/// post made an episode 1.10 times as long; remembered, 1.05.
+pub fn size_if_predefined(datatype: MPI_Datatype) -> (i64, bool) {
+    const REMEMBERED: usize = 8;
+    thread_local! {
+        static PREDEFINED: [Cell<(usize, i64)>; REMEMBERED] =
+            const { [const { Cell::new((0, 0)) }; REMEMBERED] };
+        static NEXT: Cell<usize> = const { Cell::new(0) };
+    }
+    let bits = datatype.bits();
+    let known = PREDEFINED.with(|p| p.iter().map(Cell::get).find(|&(b, _)| b == bits && b != 0));
+    if let Some((_, size)) = known {
+        return (size, true);
+    }
+    let size = super::type_size(datatype);
+    let predefined = is_predefined(datatype);
+    if predefined && bits != 0 {
+        let at = NEXT.with(|n| n.replace((n.get() + 1) % REMEMBERED));
+        PREDEFINED.with(|p| p[at].set((bits, size)));
+    }
+    (size, predefined)
 }
 
 /// Whether `datatype` is predefined (never freed); an invalid handle counts as one too.
