@@ -2,8 +2,9 @@
  * wrappers see them, except where `use mpi_f08` calls PMPI directly: MPI_Init and
  * MPI_Init_thread (the library is told that the program makes calls it cannot see: MPI_Barrier,
  * MPI_Probe, MPI_Request_free and more go to PMPI too), MPI_Finalize (the report would wait for
- * the at-exit fallback) and the Wait and Test families (halo episodes would never close). An f08 TYPE(MPI_Request) and TYPE(MPI_Status) have the C layout in MPICH, LOGICAL is
- * an int (gfortran's .TRUE. is 1) and indices count from 1. */
+ * the at-exit fallback) and the Wait and Test families (halo episodes would never close). An
+ * f08 TYPE(MPI_Request) and TYPE(MPI_Status) have the C layout in MPICH, LOGICAL is an int
+ * (gfortran's .TRUE. is 1) and indices count from 1. */
 #include "commtune.h"
 
 _Static_assert(sizeof(MPI_Request) == sizeof(int), "f08 MPI_Request holds the C handle");

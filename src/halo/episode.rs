@@ -45,7 +45,7 @@ struct Posted {
     count: i64,
     datatype: mpi::MPI_Datatype,
     /// The datatype's size, and whether it is derived (the application may free it before the
-    /// episode closes: `Tracker::types_alive`).
+    /// episode closes: `Tracker::types_freed`).
     type_size: i64,
     derived: bool,
     comm: mpi::MPI_Comm,
@@ -280,7 +280,7 @@ impl Posted {
             tag: self.tag,
             count: self.count,
             datatype: Shared::new(self.datatype),
-            bytes: self.count * self.type_size,
+            bytes: self.bytes() as i64,
             comm: Shared::new(self.comm),
         }
     }

@@ -232,14 +232,7 @@ impl Intercepted for Alltoall {
             facts,
             bytes_per_call: self.bytes(i64::from(size)),
             class: None,
-            handles: keys::freeable(
-                self.comm,
-                &[
-                    send_type(self.sendbuf, self.sendtype, self.recvtype),
-                    self.recvtype,
-                ],
-                None,
-            ),
+            handles: keys::freeable(self.comm, &self.datatypes(), None),
         }
     }
 }
@@ -340,14 +333,7 @@ impl Intercepted for Allgatherv {
             facts,
             bytes_per_call: self.bytes(size),
             class: None,
-            handles: keys::freeable(
-                self.comm,
-                &[
-                    send_type(self.sendbuf, self.sendtype, self.recvtype),
-                    self.recvtype,
-                ],
-                None,
-            ),
+            handles: keys::freeable(self.comm, &self.datatypes(), None),
         }
     }
 }

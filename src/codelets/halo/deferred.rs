@@ -7,9 +7,10 @@
 //!
 //! The list is process-wide, not per thread: a thread that blocks in MPI while another thread's
 //! sends wait would otherwise deadlock, and a thread's post must not overtake another thread's
-//! held message of its channel where the program ordered the two (`post_others_listed`). Whoever takes operations off the list starts them before
-//! releasing it: a thread that finds the list empty (its own operations taken by another thread's
-//! MPI call) may then complete them at once, so they must be active by then.
+//! held message of its channel where the program ordered the two (`post_others_listed`).
+//! Whoever takes operations off the list starts them before releasing it: a thread that finds the
+//! list empty (its own operations taken by another thread's MPI call) may then complete them at
+//! once, so they must be active by then.
 
 use std::ffi::c_int;
 use std::sync::Mutex;
