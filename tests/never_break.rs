@@ -96,25 +96,22 @@ fn freed_datatype_handle_reused_for_another_size_mpich() {
 /// crashed in the first episodes (a freed type's size and name read when the episode closed,
 /// receives unpacked with it).
 fn type_freed_in_flight(flavour: Flavour, np: usize) {
-    tuned_then_packed(flavour, np, "type_freed_in_flight.c");
+    tuned_then_forced(flavour, np, "type_freed_in_flight.c", &["pack"]);
 }
 
-/// Runs `program` as `tuned` does, then again with `pack` forced, which must have run.
-fn tuned_then_packed(flavour: Flavour, np: usize, program: &str) {
+/// Runs `program` as `tuned` does, then again with each of `codelets` forced, which must have run.
+fn tuned_then_forced(flavour: Flavour, np: usize, program: &str, codelets: &[&str]) {
     tuned(flavour, np, program, &[], &[]);
-    let forced = tuned(
-        flavour,
-        np,
-        program,
-        &[],
-        &[("COMMTUNE_FORCE", "halo=pack")],
-    );
-    let report = forced.report();
-    let packed: u64 = common::sites(&report)
-        .iter()
-        .filter_map(|s| s["codelets"]["pack"].as_u64())
-        .sum();
-    assert!(packed > 0, "pack never ran: {report:#}");
+    for codelet in codelets {
+        let force = format!("halo={codelet}");
+        let forced = tuned(flavour, np, program, &[], &[("COMMTUNE_FORCE", &force)]);
+        let report = forced.report();
+        let ran: u64 = common::sites(&report)
+            .iter()
+            .filter_map(|s| s["codelets"][codelet].as_u64())
+            .sum();
+        assert!(ran > 0, "{codelet} never ran: {report:#}");
+    }
 }
 
 #[test]
@@ -171,9 +168,10 @@ fn f08_bindings_that_call_pmpi_hold_nothing_back_mpich() {
 /// (tests/programs/packed_receive_error.c): MPI_Waitall returns MPI_ERR_IN_STATUS, and the other
 /// receive completed and must hold its data. With `pack` forced it stayed packed (the library
 /// unpacked nothing after a failed call) and the entry outlived its request, whose handle MPI
-/// gives out again.
+/// gives out again. With `pairwise` forced MPI_Waitall returned MPI_SUCCESS: the failure was in
+/// a step before it, which left the request inactive.
 fn packed_receive_error(flavour: Flavour) {
-    tuned_then_packed(flavour, 2, "packed_receive_error.c");
+    tuned_then_forced(flavour, 2, "packed_receive_error.c", &["pack", "pairwise"]);
 }
 
 #[test]

@@ -83,16 +83,20 @@ pub fn neighbor_must_poll(requests: &[MPI_Request]) -> bool {
     neighbor::must_poll(requests)
 }
 
-/// Before an MPI_Waitall over `requests`: the `pairwise` codelet's steps; the statuses of the
-/// requests they completed, by position.
-pub fn run_pairwise_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
+/// Before an MPI_Waitall over `requests`: the `pairwise` codelet's steps.
+pub fn run_pairwise_steps(requests: &[MPI_Request]) -> pairwise::Steps {
     pairwise::run_steps(requests)
 }
 
-/// Writes the statuses the `pairwise` steps saved into the application's status array (None:
-/// MPI_STATUSES_IGNORE).
-pub fn restore_statuses(statuses: Option<&mut [MPI_Status]>, saved: Vec<(usize, MPI_Status)>) {
-    pairwise::restore(statuses, saved);
+/// After that MPI_Waitall, which returned `rc`: what the steps completed goes into the
+/// application's status array (None: MPI_STATUSES_IGNORE); returns MPI_Waitall's code
+/// (`pairwise::finish`).
+pub fn finish_pairwise_steps(
+    statuses: Option<&mut [MPI_Status]>,
+    steps: pairwise::Steps,
+    rc: c_int,
+) -> c_int {
+    pairwise::finish(statuses, steps, rc)
 }
 
 /// Which requests of the array given to a completion call have completed.

@@ -247,10 +247,10 @@ pub extern "C" fn commtune_waitall(
         } else {
             requests::waitall(count, all.as_mut_ptr(), statuses)
         };
-        if rc == mpi::SUCCESS {
-            halo::restore_statuses(statuses_of(statuses, count), stepped);
-        }
-        all_or_unknown(rc)
+        // What completed is what this MPI_Waitall completed; what it returns includes the steps.
+        let completed = all_or_unknown(rc).1;
+        let rc = halo::finish_pairwise_steps(statuses_of(statuses, count), stepped, rc);
+        (rc, completed)
     })
 }
 

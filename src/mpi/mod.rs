@@ -31,6 +31,10 @@ use mpi_sys as ffi;
 pub const SUCCESS: c_int = ffi::MPI_SUCCESS as c_int;
 /// A request argument MPI rejects (a null request variable).
 pub const ERR_REQUEST: c_int = ffi::MPI_ERR_REQUEST as c_int;
+/// A completion call over several requests failed for some: their statuses say which.
+pub const ERR_IN_STATUS: c_int = ffi::MPI_ERR_IN_STATUS as c_int;
+/// In a status after MPI_ERR_IN_STATUS: the request neither failed nor completed.
+pub const ERR_PENDING: c_int = ffi::MPI_ERR_PENDING as c_int;
 
 /// Mirrors `struct commtune_mpi_constants` in shim/commtune.h.
 #[repr(C)]
@@ -243,6 +247,14 @@ pub fn are_valid(comm: MPI_Comm, datatypes: &[MPI_Datatype]) -> bool {
 pub fn call_errhandler(comm: MPI_Comm, code: c_int) {
     // SAFETY: reports an error code on the application's communicator.
     unsafe { ffi::PMPI_Comm_call_errhandler(comm, code) };
+}
+
+/// The error class of an error code (MPICH's codes carry more than their class).
+pub fn error_class(code: c_int) -> c_int {
+    let mut class = code;
+    // SAFETY: writes one int.
+    unsafe { ffi::PMPI_Error_class(code, &mut class) };
+    class
 }
 
 /// Size in bytes of one element of `datatype` (its data, not its extent).

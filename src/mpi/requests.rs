@@ -38,15 +38,16 @@ impl Persistent {
     }
 }
 
-/// Tests `requests` (handles of the library's own persistent requests) for completion,
-/// filling `statuses` when they all completed.
-pub fn test_all(requests: &mut [MPI_Request], statuses: &mut [MPI_Status]) -> bool {
+/// Tests `requests` (handles of the library's own persistent requests) for completion: None
+/// while one is pending; else MPI's return code, with `statuses` filled (their error fields only
+/// when it is MPI_ERR_IN_STATUS).
+pub fn test_all(requests: &mut [MPI_Request], statuses: &mut [MPI_Status]) -> Option<c_int> {
     let mut flag = 0;
     let n = c_int::try_from(requests.len().min(statuses.len())).unwrap_or(c_int::MAX);
     // SAFETY: both slices hold `n` elements; MPI writes the flag and up to `n` statuses.
     let rc =
         unsafe { ffi::PMPI_Testall(n, requests.as_mut_ptr(), &mut flag, statuses.as_mut_ptr()) };
-    rc != super::SUCCESS || flag != 0
+    (rc != super::SUCCESS || flag != 0).then_some(rc)
 }
 
 /// A status for MPI to fill.

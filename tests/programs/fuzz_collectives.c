@@ -20,7 +20,7 @@
  * back for types of other sizes); MPI_IN_PLACE; allgatherv displacements with gaps, per rank.
  * The same call site serves every communicator, type and size.
  *
- * usage: fuzz_collectives [--seconds S (default 10)] [--seed N] [--max-calls N] (fuzz_common.h)
+ * usage: fuzz_collectives [--seconds S] [--seed N] [--max-calls N] [--min-calls N] (fuzz_common.h)
  * Prints "fuzz: FAIL ..." lines (at most 20) and "fuzz: N calls, M failures, seed S";
  * exits 1 when M > 0. */
 #include "fuzz_common.h"

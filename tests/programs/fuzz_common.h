@@ -1,7 +1,9 @@
 /* What the randomized tests share: the ranks' identities, the failure and call counts, the
  * seeded random streams, the command line, and when to stop.
  *
- * usage of a fuzz program: [--seconds S (default 10)] [--seed N] [--max-calls N] */
+ * usage of a fuzz program: [--seconds S (default 10)] [--seed N] [--max-calls N] [--min-calls N]
+ * (--min-calls: run past the seconds until rank 0 made N calls, so that a loaded machine still
+ * reaches the program's later phases) */
 #ifndef FUZZ_COMMON_H
 #define FUZZ_COMMON_H
 
@@ -29,6 +31,7 @@ struct run {
     unsigned long long seed;
     double deadline;
     long max_calls;
+    long min_calls;
 };
 
 /* MPI_Init, the command line, the ranks and both random streams. */
@@ -36,12 +39,13 @@ static struct run run_start(int *argc, char ***argv)
 {
     MPI_Init(argc, argv);
     double seconds = 10;
-    struct run r = {16, 0, 0};
+    struct run r = {16, 0, 0, 0};
     for (int i = 1; i + 1 < *argc; i += 2) {
         const char *name = (*argv)[i], *value = (*argv)[i + 1];
         if (!strcmp(name, "--seconds")) seconds = atof(value);
         else if (!strcmp(name, "--seed")) r.seed = strtoull(value, NULL, 10);
         else if (!strcmp(name, "--max-calls")) r.max_calls = atol(value);
+        else if (!strcmp(name, "--min-calls")) r.min_calls = atol(value);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -54,7 +58,8 @@ static struct run run_start(int *argc, char ***argv)
 /* Whether to stop (rank 0's clock), the same on every rank. */
 static int run_over(const struct run *r)
 {
-    int stop = world_rank == 0 && (PMPI_Wtime() > r->deadline || (r->max_calls > 0 && calls >= r->max_calls));
+    int stop = world_rank == 0 && ((PMPI_Wtime() > r->deadline && calls >= r->min_calls) ||
+                                   (r->max_calls > 0 && calls >= r->max_calls));
     PMPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     return stop;
 }

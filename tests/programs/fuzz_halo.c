@@ -31,7 +31,7 @@
  * from time to time. A template often runs several episodes in a row, as a stencil's time
  * steps, followed by an MPI_Barrier or MPI_Allreduce on its communicator.
  *
- * usage: fuzz_halo [--seconds S (default 10)] [--seed N] [--max-calls N] (fuzz_common.h)
+ * usage: fuzz_halo [--seconds S] [--seed N] [--max-calls N] [--min-calls N] (fuzz_common.h)
  * Prints "fuzz: FAIL ..." lines (at most 20) and "fuzz: N calls, M failures, seed S" (calls:
  * posts); exits 1 when M > 0. */
 #include "fuzz_common.h"

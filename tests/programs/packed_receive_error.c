@@ -2,8 +2,9 @@
  * from rank 0 in one MPI_Waitall under MPI_ERRORS_RETURN, the second with room for half of what
  * rank 0 sends (MPI_ERR_TRUNCATE). MPI_Waitall returns MPI_ERR_IN_STATUS; the first message
  * completed without error and its data must be in place, whichever way it was posted (`pack`
- * posts it as MPI_PACKED bytes and unpacks it at completion). Repeated, so that a message's
- * request handle comes back. Prints "packed_receive_error: results correct".
+ * posts it as MPI_PACKED bytes and unpacks it at completion; `pairwise` completes it in a step
+ * before MPI_Waitall). Repeated, so that a message's request handle comes back. Prints
+ * "packed_receive_error: results correct".
  * usage: packed_receive_error [episodes (default 20)] */
 #include <mpi.h>
 #include <stdio.h>

@@ -20,7 +20,7 @@ use super::HaloRequirement::{
 use super::persistent::{self, Reserved};
 use super::{HaloCodelet, deferred};
 use crate::mpi::requests::{empty_status, test_all};
-use crate::mpi::{self, HandleBits, MPI_Request, MPI_Status, PointToPoint};
+use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Request, MPI_Status, PointToPoint};
 
 pub const CODELET: HaloCodelet = HaloCodelet {
     name: "pairwise",
@@ -59,12 +59,22 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     }
 }
 
+/// What the steps of one MPI_Waitall did.
+#[derive(Default)]
+pub struct Steps {
+    /// The statuses of the requests they completed, by position (MPI_Waitall reports them empty:
+    /// they are inactive by then).
+    saved: Vec<(usize, MPI_Status)>,
+    /// A step failed (MPI_ERR_IN_STATUS, under an error handler that returns): MPI_Waitall must
+    /// say so, though the requests it then completes are fine.
+    failed: bool,
+}
+
 /// Before an MPI_Waitall over `requests`: starts every held operation, those of this array that
-/// may go step by step one peer at a time. Returns the statuses of the requests the steps
-/// completed, by position (MPI_Waitall reports them empty: they are inactive by then).
-pub fn run_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
+/// may go step by step one peer at a time.
+pub fn run_steps(requests: &[MPI_Request]) -> Steps {
     if !deferred::any() {
-        return Vec::new();
+        return Steps::default();
     }
     let positions: FxHashMap<usize, usize> = requests
         .iter()
@@ -96,10 +106,10 @@ pub fn run_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
         let peer = r.partner().0;
         ((*me).min(peer), (*me).max(peer))
     });
-    let mut saved = Vec::new();
+    let mut steps = Steps::default();
     let mut rest = stepwise.into_iter().map(|(r, _)| r).peekable();
     while let Some(first) = rest.next() {
-        let peer = first.partner().0;
+        let (peer, comm) = first.partner();
         let mut step = vec![first];
         while let Some(next) = rest.next_if(|r| r.partner().0 == peer) {
             step.push(next);
@@ -110,27 +120,44 @@ pub fn run_steps(requests: &[MPI_Request]) -> Vec<(usize, MPI_Status)> {
             .into_iter()
             .map(|r| persistent::begin(r).unwrap_or_else(mpi::request_null))
             .collect();
-        match finish_step(&mut handles) {
-            Some(statuses) => saved.extend(at.into_iter().zip(statuses)),
-            None => {
-                rest.for_each(|r| {
-                    persistent::begin(r);
-                });
-                break;
-            }
+        let finished = finish_step(&mut handles, MPI_Comm::from_bits(comm));
+        let next_step = matches!(finished, Some((_, false)));
+        if let Some((statuses, failed)) = finished {
+            steps
+                .saved
+                .extend(at.into_iter().zip(statuses).filter(|(_, s)| {
+                    // After a failure, a request that is neither failed nor complete stays active.
+                    !failed || mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING
+                }));
+            steps.failed = failed;
+        }
+        if !next_step {
+            // A peer not ready, or an error: MPI_Waitall completes the rest as natively.
+            rest.for_each(|r| {
+                persistent::begin(r);
+            });
+            break;
         }
     }
-    saved
+    steps
 }
 
-/// Waits up to `PATIENCE` for a step's requests: their statuses, or None when the peer was not
-/// ready (the requests stay active; MPI_Waitall completes them).
-fn finish_step(handles: &mut [MPI_Request]) -> Option<Vec<MPI_Status>> {
+/// Waits up to `PATIENCE` for a step's requests (of `comm`): their statuses and whether the step
+/// failed, or None when the peer was not ready (the requests stay active; MPI_Waitall completes
+/// them).
+fn finish_step(handles: &mut [MPI_Request], comm: MPI_Comm) -> Option<(Vec<MPI_Status>, bool)> {
+    // Error fields start as MPI_SUCCESS: MPI writes them only where something failed.
     let mut statuses = vec![empty_status(); handles.len()];
     let start = Instant::now();
     loop {
-        if test_all(handles, &mut statuses) {
-            return Some(statuses);
+        if let Some(rc) = test_all(handles, &mut statuses) {
+            let failed = rc != mpi::SUCCESS || statuses.iter().any(|s| s.MPI_ERROR != mpi::SUCCESS);
+            if failed && rc == mpi::SUCCESS {
+                // Open MPI reports a persistent request's failure in its status alone, and calls
+                // no error handler; MPI_Waitall would have.
+                mpi::call_errhandler(comm, mpi::ERR_IN_STATUS);
+            }
+            return Some((statuses, failed));
         }
         if start.elapsed() > PATIENCE {
             return None;
@@ -138,15 +165,24 @@ fn finish_step(handles: &mut [MPI_Request]) -> Option<Vec<MPI_Status>> {
     }
 }
 
-/// Writes the statuses the steps saved into the application's status array (None:
-/// MPI_STATUSES_IGNORE).
-pub fn restore(statuses: Option<&mut [MPI_Status]>, saved: Vec<(usize, MPI_Status)>) {
-    let Some(statuses) = statuses else {
-        return;
-    };
-    for (i, status) in saved {
-        if let Some(slot) = statuses.get_mut(i) {
-            *slot = status;
+/// After the application's MPI_Waitall, which returned `rc`: writes the statuses the steps saved
+/// into its status array (None: MPI_STATUSES_IGNORE) and returns what MPI_Waitall returns.
+pub fn finish(statuses: Option<&mut [MPI_Status]>, steps: Steps, rc: c_int) -> c_int {
+    if rc != mpi::SUCCESS && mpi::error_class(rc) != mpi::ERR_IN_STATUS {
+        // MPI wrote no status.
+        return rc;
+    }
+    let failed_here = steps.failed && rc == mpi::SUCCESS;
+    if let Some(statuses) = statuses {
+        if failed_here {
+            // MPI_ERR_IN_STATUS defines every status's error field.
+            statuses.iter_mut().for_each(|s| s.MPI_ERROR = mpi::SUCCESS);
+        }
+        for (i, status) in steps.saved {
+            if let Some(slot) = statuses.get_mut(i) {
+                *slot = status;
+            }
         }
     }
+    if failed_here { mpi::ERR_IN_STATUS } else { rc }
 }
