@@ -7,7 +7,7 @@
 //! the handle to (its epoch changes, so state kept elsewhere knows it is stale).
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, OnceLock};
 
 use dashmap::DashMap;
@@ -37,6 +37,12 @@ pub struct Communicator {
 }
 
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
+
+/// At most this many private duplicates live at once in a process. Each costs MPI a
+/// communicator context, of which MPICH has about 2000 per process: without a limit, a program
+/// whose communicators each reach a checkpoint would run out at half its own number.
+const MAX_PRIVATE: usize = 128;
+static PRIVATE_LIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Every communicator handle seen, for the whole run (a record is reset, not removed, when its
 /// communicator is freed): no limit that could make one rank behave differently.
@@ -100,7 +106,11 @@ impl Communicator {
         if let Some(comm) = *private {
             return Ok(comm);
         }
-        let comm = mpi::duplicate(user)?;
+        // Whether this rank may make one more is its own count; the duplicate fails on every
+        // rank if one may not.
+        let join = PRIVATE_LIVE.load(Ordering::Relaxed) < MAX_PRIVATE;
+        let comm = mpi::duplicate(user, join)?;
+        PRIVATE_LIVE.fetch_add(1, Ordering::Relaxed);
         *private = Some(comm);
         Ok(comm)
     }
@@ -135,6 +145,7 @@ fn freed(bits: usize) {
     hooks.into_iter().for_each(|hook| hook(bits));
     if let Some(private) = lock(&record.private).take() {
         mpi::comm_free(private.raw);
+        PRIVATE_LIVE.fetch_sub(1, Ordering::Relaxed);
     }
     record.collectives.store(0, Ordering::Relaxed);
     record.watched.store(false, Ordering::Release);

@@ -2,8 +2,9 @@
 //! 16 and later): handles freed and reused for other objects, a datatype freed while its messages
 //! are in flight, MPI calls the library cannot see (MPICH's mpi_f08), a completion call that
 //! fails for one of its messages, a send type MPI ignores (in place), an attribute cached on a
-//! communicator, more local variants or signatures than the library keeps apart, a call MPI
-//! rejects inside a codelet, a child forked after MPI_Init.
+//! communicator, no communicator context left for the library, more local variants or signatures
+//! than the library keeps apart, a call MPI rejects inside a codelet, a child forked after
+//! MPI_Init.
 //! Each runs under both MPIs with default tuning and with COMMTUNE_HALO_NEIGHBOR=on (which adds
 //! agreement points to every collective); a hang fails the test by its job timeout.
 
@@ -209,6 +210,54 @@ fn the_librarys_duplicate_copies_no_attribute_openmpi() {
 #[test]
 fn the_librarys_duplicate_copies_no_attribute_mpich() {
     tuned(Mpich, 2, "attribute_copies.c", &[], &[]);
+}
+
+/// A program that uses every communicator context MPI has (tests/programs/contexts_exhausted.c),
+/// then calls MPI_Allreduce on a communicator whose handler is fatal: the library's duplicate of
+/// it failed into that handler, and MPICH aborted the job. The calls now run natively, and the
+/// report says why. MPICH runs out (about 2000 contexts); Open MPI gives all the program asks.
+#[test]
+fn no_context_left_for_the_librarys_duplicate_mpich() {
+    let job = tuned(Mpich, 2, "contexts_exhausted.c", &[], &[]);
+    assert!(
+        job.stdout().contains("MPI refused more: yes"),
+        "MPICH gave every context asked for: {}",
+        job.stdout()
+    );
+    assert!(untuned_for_want_of_a_duplicate(&job), "{:#}", job.report());
+}
+
+#[test]
+fn no_context_left_for_the_librarys_duplicate_openmpi() {
+    tuned(OpenMpi, 2, "contexts_exhausted.c", &[], &[]);
+}
+
+/// Whether some site of `job`'s report says the library could not duplicate its communicator.
+fn untuned_for_want_of_a_duplicate(job: &Job) -> bool {
+    common::sites(&job.report()).iter().any(|s| {
+        s["tuning"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("could not duplicate"))
+    })
+}
+
+/// More communicators than the library keeps duplicates of (comms::MAX_PRIVATE), more of them on
+/// ranks 0 and 1 than on rank 2 (tests/programs/many_comms.c): for the last communicator, of
+/// every rank, rank 2 may make a duplicate where the others may not. The ranks must agree not to
+/// (one that went on alone would wait in MPI_Comm_split), and the report says why.
+fn many_comms(flavour: Flavour) {
+    let job = tuned(flavour, 3, "many_comms.c", &[], &[]);
+    assert!(untuned_for_want_of_a_duplicate(&job), "{:#}", job.report());
+}
+
+#[test]
+fn more_communicators_than_the_library_duplicates_openmpi() {
+    many_comms(OpenMpi);
+}
+
+#[test]
+fn more_communicators_than_the_library_duplicates_mpich() {
+    many_comms(Mpich);
 }
 
 fn signature_cap(flavour: Flavour, np: usize) {

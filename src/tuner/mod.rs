@@ -328,11 +328,15 @@ fn slow_step<C: Operation>(at: &SlowCall<C>) -> Step {
         // is watched through its `comms` record, tunable or not: when it is freed, its handle
         // may come back for a communicator of another size on some ranks only.)
         let user = at.call.comm();
-        mpi::comm_size(user) > 1 && !mpi::is_intercomm(user)
+        if mpi::comm_size(user) > 1 && !mpi::is_intercomm(user) {
+            Ok(())
+        } else {
+            Err("a communicator of one rank or an intercommunicator")
+        }
     });
-    if !tunable {
-        slot.disable(&mut comm);
-        key.reason = Some("a communicator of one rank or an intercommunicator");
+    if let Err(reason) = tunable {
+        slot.disable(&mut comm, reason);
+        key.reason = Some(reason);
         tuner.settle(&mut key, 0, Phase::Untuned, u64::MAX);
         return Step::native(sampled(k, u64::MAX));
     }

@@ -30,6 +30,12 @@ const MAX_DISAGREEMENTS: u32 = 2;
 /// best codelet so far, so that the communicator's other keys get their turn.
 const STALL: u64 = 4096;
 
+/// Why a communicator stops tuning when the library cannot make its private duplicate.
+const NO_PRIVATE_COMM: &str = "the library could not duplicate the communicator: MPI had no \
+                               context left, or a rank keeps as many duplicates as it makes";
+/// Why it stops when a checkpoint's reduction fails.
+const CHECKPOINT_FAILED: &str = "an MPI error in the library's agreement on this communicator";
+
 /// A checkpoint: every rank is at communicator instance `n`. Its reduction is started here and
 /// finished `checkpoints::FINISH_AFTER` instances later (`finish_checkpoint`), which acts on what it found:
 /// the calls between run as they would have without it.
@@ -44,7 +50,7 @@ pub(super) fn checkpoint<C: Operation>(
         Some(p) => p,
         None => match at.slot.record.private(at.call.comm()) {
             Ok(p) => *comm.private.insert(p),
-            Err(_) => return at.slot.disable(comm),
+            Err(_) => return at.slot.disable(comm, NO_PRIVATE_COMM),
         },
     };
     let start = clock::now();
@@ -111,7 +117,7 @@ pub(super) fn checkpoint<C: Operation>(
                 .next_check
                 .store(at.n + FINISH_AFTER, Ordering::Relaxed);
         }
-        Err(_) => at.slot.disable(comm),
+        Err(_) => at.slot.disable(comm, CHECKPOINT_FAILED),
     }
 }
 
@@ -139,7 +145,7 @@ pub(super) fn finish_checkpoint(comm: &mut CommTunerState, n: u64) {
     let took = spent + clock::now().saturating_sub(start);
     comm.checkpoint = Some(comm.checkpoint.map_or(took, |fastest| fastest.min(took)));
     let Ok(checkpointed) = checkpointed else {
-        return slot.disable(comm);
+        return slot.disable(comm, CHECKPOINT_FAILED);
     };
     comm.spacing.weigh(checkpointed.checkpoint_over_call);
     // Do no harm weighs a search with the cost of its collectives: timed when a checkpoint

@@ -49,8 +49,8 @@ pub struct CommTuner {
 pub struct CommTunerState {
     /// When checkpoints come (agreed outcomes only, so alike on every rank).
     pub spacing: Spacing,
-    /// More than one rank and an intra-communicator (decided at first use).
-    pub tunable: Option<bool>,
+    /// Whether the communicator tunes, decided at first use; if not, why (for each key's report).
+    pub tunable: Option<Result<(), &'static str>>,
     pub private: Option<Comm>,
     /// The key being searched, and the communicator instance of its latest call.
     pub active: Option<(&'static Tuner, u64)>,
@@ -168,9 +168,9 @@ impl CommTuner {
         self.searching.store(active.is_some(), Ordering::Relaxed);
     }
 
-    /// The communicator never tunes (one rank, intercommunicator, or an error).
-    pub fn disable(&self, comm: &mut CommTunerState) {
-        comm.tunable = Some(false);
+    /// The communicator never tunes, for `reason` (one rank, intercommunicator, or an error).
+    pub fn disable(&self, comm: &mut CommTunerState, reason: &'static str) {
+        comm.tunable = Some(Err(reason));
         self.next_check.store(u64::MAX, Ordering::Relaxed);
     }
 }
