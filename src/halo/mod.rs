@@ -235,17 +235,8 @@ pub fn observe<'i>(
     if tracking {
         episode::completed(caller, &before, &completed);
     }
-    if packed && matches!(completed, Completed::Unknown) {
-        // The call failed (MPI_ERR_IN_STATUS): MPI freed the requests it completed, failed or
-        // not, and left the others pending. A packed receive that completed is unpacked now, and
-        // its entry goes: MPI may give its handle to a later message.
-        for (i, owner) in owners.iter().enumerate() {
-            if let Owner::Packed(ticket) = *owner
-                && requests[i].bits() == mpi::request_null().bits()
-            {
-                pack::completed(before[i], ticket);
-            }
-        }
+    if (ours || packed) && matches!(completed, Completed::Unknown) {
+        failed(requests, &before, &owners);
     }
     if ours || packed {
         completed.each(requests.len(), |i| match owners[i] {
@@ -261,11 +252,40 @@ pub fn observe<'i>(
     rc
 }
 
+/// After a completion call failed (MPI_ERR_IN_STATUS) over `requests` (`before` it, of
+/// `owners`): MPI freed the requests it completed, failed or not, and left the others pending.
+/// A packed receive that completed is unpacked now, and its entry goes: MPI may give its handle
+/// to a later message. A persistent request of the library's that completed is handed back as
+/// MPI_REQUEST_NULL, as the application's own would be; where MPI freed it (Open MPI frees a
+/// failed one), the library forgets it, lest it free or start it once MPI has given its handle to
+/// another request.
+fn failed(requests: &mut [MPI_Request], before: &[usize], owners: &[Owner]) {
+    let null = mpi::request_null().bits();
+    for (i, owner) in owners.iter().enumerate() {
+        match *owner {
+            Owner::Application => {}
+            Owner::Packed(ticket) => {
+                if requests[i].bits() == null {
+                    pack::completed(before[i], ticket);
+                }
+            }
+            Owner::Persistent => {
+                if requests[i].bits() == null {
+                    persistent::freed_by_mpi(before[i]);
+                } else if mpi::requests::settle_if_done(&mut requests[i]) {
+                    persistent::completed(before[i]);
+                    requests[i] = mpi::request_null();
+                }
+            }
+        }
+    }
+}
+
 /// The application frees `request` (MPI_Request_free): true when the library took it over (a
 /// packed message, completed by the library), false when MPI is to free it; a persistent request
 /// of the library's is never started again.
 pub fn freeing(request: MPI_Request) -> bool {
-    persistent::freed_by_application(request.bits());
+    persistent::freed_by_mpi(request.bits());
     pack::adopt(request)
 }
 

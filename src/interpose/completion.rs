@@ -237,6 +237,7 @@ pub extern "C" fn commtune_waitall(
         return requests::waitall(count, array, statuses);
     };
     let stepped = halo::run_pairwise_steps(all);
+    stepped.prepare(statuses_of(statuses, count));
     completion(ra, all, Kind::Wait, |all| {
         let rc = if must_poll(all) {
             let mut flag = 0;

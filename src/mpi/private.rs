@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use mpi_sys as ffi;
 
 use super::datatype::{MpiResult, check};
-use super::{Comm, HandleBits, MPI_Comm, comm_free, comm_rank, comm_size};
+use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_free, comm_rank, comm_size};
 
 /// A duplicate of `user` (the same group and ranks, a new context) that reports errors as return
 /// codes (the caller invokes the application's error handler on its own communicator).
@@ -22,20 +22,25 @@ use super::{Comm, HandleBits, MPI_Comm, comm_free, comm_rank, comm_size};
 pub fn duplicate(user: MPI_Comm, join: bool) -> MpiResult<Comm> {
     // SAFETY: reads a constant handle MPI set up at load time.
     let mut handler = unsafe { ffi::RSMPI_ERRORS_RETURN };
-    // SAFETY: writes one handle, a new reference that is freed below.
-    check(unsafe { ffi::PMPI_Comm_get_errhandler(user, &mut handler) })?;
-    // SAFETY: sets the error handler of the application's communicator, restored below.
-    unsafe { ffi::PMPI_Comm_set_errhandler(user, ffi::RSMPI_ERRORS_RETURN) };
+    // SAFETY: writes one handle, a new reference that is freed below. (Whether it fails is this
+    // rank's own: every rank goes on to the split regardless.)
+    let set_aside = unsafe { ffi::PMPI_Comm_get_errhandler(user, &mut handler) } == SUCCESS;
+    if set_aside {
+        // SAFETY: sets the error handler of the application's communicator, restored below.
+        unsafe { ffi::PMPI_Comm_set_errhandler(user, ffi::RSMPI_ERRORS_RETURN) };
+    }
     let mut dup = user;
     // A rank that does not join gets no communicator, and the others one without it.
     let color = if join { 0 } else { ffi::MPI_UNDEFINED };
     // SAFETY: writes one handle; collective over `user`, as the caller arranges. One color and
     // the rank as key keep the group and its order.
     let split = unsafe { ffi::PMPI_Comm_split(user, color, comm_rank(user), &mut dup) };
-    // SAFETY: restores the application's handler and frees the reference taken above.
-    unsafe {
-        ffi::PMPI_Comm_set_errhandler(user, handler);
-        ffi::PMPI_Errhandler_free(&mut handler);
+    if set_aside {
+        // SAFETY: restores the application's handler and frees the reference taken above.
+        unsafe {
+            ffi::PMPI_Comm_set_errhandler(user, handler);
+            ffi::PMPI_Errhandler_free(&mut handler);
+        }
     }
     check(split)?;
     // SAFETY: reads a constant handle MPI set up at load time.
@@ -48,8 +53,9 @@ pub fn duplicate(user: MPI_Comm, join: bool) -> MpiResult<Comm> {
         comm_free(dup);
         return Err(ffi::MPI_ERR_COMM as c_int);
     }
-    // SAFETY: sets the error handler of our own communicator.
-    check(unsafe { ffi::PMPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) })?;
+    // SAFETY: sets our own communicator's handler (it inherited what `user` had at the split,
+    // MPI_ERRORS_RETURN unless the application's could not be set aside).
+    unsafe { ffi::PMPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) };
     Ok(Comm {
         raw: dup,
         rank: comm_rank(dup),

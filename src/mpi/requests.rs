@@ -50,6 +50,21 @@ pub fn test_all(requests: &mut [MPI_Request], statuses: &mut [MPI_Status]) -> Op
     (rc != super::SUCCESS || flag != 0).then_some(rc)
 }
 
+/// After a completion call failed over it: whether `request` (a persistent request of the
+/// library's that MPI left non-null) is inactive, which then makes sure of: it completed in that
+/// call, or has since (then its status is lost).
+pub fn settle_if_done(request: &mut MPI_Request) -> bool {
+    let mut flag = 0;
+    // SAFETY: a valid request handle; MPI writes the flag and ignores the status.
+    let rc = unsafe { ffi::PMPI_Request_get_status(*request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+    if rc != super::SUCCESS || flag == 0 {
+        return false;
+    }
+    // SAFETY: complete or inactive, so this returns at once; a persistent request's handle stays.
+    unsafe { ffi::PMPI_Wait(request, ffi::RSMPI_STATUS_IGNORE) };
+    true
+}
+
 /// A status for MPI to fill.
 pub fn empty_status() -> MPI_Status {
     // SAFETY: MPI_Status is a plain C struct of integers, for which all zeros is a valid value.

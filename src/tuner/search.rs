@@ -32,7 +32,7 @@ const STALL: u64 = 4096;
 
 /// Why a communicator stops tuning when the library cannot make its private duplicate.
 const NO_PRIVATE_COMM: &str = "the library could not duplicate the communicator: MPI had no \
-                               context left, or a rank keeps as many duplicates as it makes";
+                               context left, or a rank already kept the library's 128";
 /// Why it stops when a checkpoint's reduction fails.
 const CHECKPOINT_FAILED: &str = "an MPI error in the library's agreement on this communicator";
 

@@ -3,12 +3,16 @@
  * rank 0 sends (MPI_ERR_TRUNCATE). MPI_Waitall returns MPI_ERR_IN_STATUS; the first message
  * completed without error and its data must be in place, whichever way it was posted (`pack`
  * posts it as MPI_PACKED bytes and unpacks it at completion; `pairwise` completes it in a step
- * before MPI_Waitall). Repeated, so that a message's request handle comes back. Prints
+ * before MPI_Waitall). In odd episodes rank 0 posts 20 ms late, so that MPI_Waitall itself
+ * fails (`pairwise` waits 5 ms for a step). After each, rank 1 receives one more message from
+ * rank 0 with MPI_ANY_SOURCE, which the library posts as it is: MPI may give it the handle of a
+ * request the failed call freed. Repeated, so that handles come back. Prints
  * "packed_receive_error: results correct".
  * usage: packed_receive_error [episodes (default 20)] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define ELEMENTS 32
 #define STRIDE 2
@@ -30,9 +34,12 @@ int main(int argc, char **argv)
         MPI_Status statuses[2];
         if (rank == 0) {
             for (int i = 0; i < 2 * ELEMENTS * STRIDE; i++) first[i] = second[i] = e * 1e3 + i;
+            if (e % 2) usleep(20000);
             MPI_Isend(first, 1, strided, 1, 1, MPI_COMM_WORLD, &requests[0]);
             MPI_Isend(second, 2, strided, 1, 2, MPI_COMM_WORLD, &requests[1]);
             if (MPI_Waitall(2, requests, statuses) != MPI_SUCCESS) failures++;
+            double one = e;
+            MPI_Send(&one, 1, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD);
         } else if (rank == 1) {
             for (int i = 0; i < 2 * ELEMENTS * STRIDE; i++) first[i] = second[i] = -1.0;
             MPI_Irecv(first, 1, strided, 0, 1, MPI_COMM_WORLD, &requests[0]);
@@ -49,6 +56,11 @@ int main(int argc, char **argv)
             if (requests[0] != MPI_REQUEST_NULL || requests[1] != MPI_REQUEST_NULL) failures++;
             for (int i = 0; i < ELEMENTS * STRIDE; i++)
                 if (first[i] != (i % STRIDE ? -1.0 : e * 1e3 + i)) failures++;
+            double one = -1;
+            MPI_Request any;
+            MPI_Irecv(&one, 1, MPI_DOUBLE, MPI_ANY_SOURCE, 3, MPI_COMM_WORLD, &any);
+            if (MPI_Wait(&any, MPI_STATUS_IGNORE) != MPI_SUCCESS || any != MPI_REQUEST_NULL || one != e)
+                failures++;
         }
     }
     int total = 0;

@@ -151,16 +151,32 @@ fn finish_step(handles: &mut [MPI_Request], comm: MPI_Comm) -> Option<(Vec<MPI_S
     let start = Instant::now();
     loop {
         if let Some(rc) = test_all(handles, &mut statuses) {
+            if rc != mpi::SUCCESS && mpi::error_class(rc) != mpi::ERR_IN_STATUS {
+                // MPI wrote no status: each says the call's error.
+                statuses.iter_mut().for_each(|s| s.MPI_ERROR = rc);
+            }
             let failed = rc != mpi::SUCCESS || statuses.iter().any(|s| s.MPI_ERROR != mpi::SUCCESS);
             if failed && rc == mpi::SUCCESS {
                 // Open MPI reports a persistent request's failure in its status alone, and calls
-                // no error handler; MPI_Waitall would have.
+                // no error handler; MPI_Waitall over the application's own request would have.
                 mpi::call_errhandler(comm, mpi::ERR_IN_STATUS);
             }
             return Some((statuses, failed));
         }
         if start.elapsed() > PATIENCE {
             return None;
+        }
+    }
+}
+
+impl Steps {
+    /// Before the application's MPI_Waitall, with its status array (None: MPI_STATUSES_IGNORE):
+    /// after a failed step it returns MPI_ERR_IN_STATUS, which defines every status's error
+    /// field, so they start as MPI_SUCCESS. MPI writes those of requests that fail, even where it
+    /// returns MPI_SUCCESS (Open MPI, for a persistent request).
+    pub fn prepare(&self, statuses: Option<&mut [MPI_Status]>) {
+        if let (true, Some(statuses)) = (self.failed, statuses) {
+            statuses.iter_mut().for_each(|s| s.MPI_ERROR = mpi::SUCCESS);
         }
     }
 }
@@ -172,17 +188,16 @@ pub fn finish(statuses: Option<&mut [MPI_Status]>, steps: Steps, rc: c_int) -> c
         // MPI wrote no status.
         return rc;
     }
-    let failed_here = steps.failed && rc == mpi::SUCCESS;
     if let Some(statuses) = statuses {
-        if failed_here {
-            // MPI_ERR_IN_STATUS defines every status's error field.
-            statuses.iter_mut().for_each(|s| s.MPI_ERROR = mpi::SUCCESS);
-        }
         for (i, status) in steps.saved {
             if let Some(slot) = statuses.get_mut(i) {
                 *slot = status;
             }
         }
     }
-    if failed_here { mpi::ERR_IN_STATUS } else { rc }
+    if steps.failed && rc == mpi::SUCCESS {
+        mpi::ERR_IN_STATUS
+    } else {
+        rc
+    }
 }
