@@ -170,9 +170,17 @@ fn f08_bindings_that_call_pmpi_hold_nothing_back_mpich() {
 /// receive completed and must hold its data. With `pack` forced it stayed packed (the library
 /// unpacked nothing after a failed call) and the entry outlived its request, whose handle MPI
 /// gives out again. With `pairwise` forced MPI_Waitall returned MPI_SUCCESS: the failure was in
-/// a step before it, which left the request inactive.
+/// a step before it, which left the request inactive; where MPI_Waitall itself failed, the
+/// library's persistent requests stayed non-null and listed as started, and Open MPI, which frees
+/// a failed one, gave its handle to the next receive, which the library then freed: a hang.
+/// MPICH's failed persistent request reported its failure to the handler a second time.
 fn packed_receive_error(flavour: Flavour) {
-    tuned_then_forced(flavour, 2, "packed_receive_error.c", &["pack", "pairwise"]);
+    tuned_then_forced(
+        flavour,
+        2,
+        "packed_receive_error.c",
+        &["pack", "pairwise", "persistent"],
+    );
 }
 
 #[test]

@@ -247,7 +247,7 @@ pub fn is_open() -> bool {
 /// A completion call at `caller` finished `completed` of the requests that were `before`.
 pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
     TRACKER.with_borrow_mut(|t| {
-        if matches!(completed, Completed::Unknown) {
+        if matches!(completed, Completed::Unknown(_)) {
             t.reset();
             return;
         }

@@ -106,15 +106,16 @@ pub enum Completed<'a> {
     Index(usize),
     /// Waitsome/Testsome: the indices MPI wrote.
     Indices(&'a [c_int]),
-    /// The call failed: which requests completed is unknown.
-    Unknown,
+    /// The call failed: which requests completed is unknown, unless it returned
+    /// MPI_ERR_IN_STATUS with a status per request (MPI_Waitall), which says.
+    Unknown(Option<&'a [MPI_Status]>),
 }
 
 impl Completed<'_> {
     /// Calls `f` with the position of every completed request of an array of `n`.
     fn each(&self, n: usize, mut f: impl FnMut(usize)) {
         match *self {
-            Completed::Nothing | Completed::Unknown => {}
+            Completed::Nothing | Completed::Unknown(_) => {}
             Completed::All => (0..n).for_each(f),
             Completed::Index(i) => f(i),
             Completed::Indices(indices) => indices
@@ -235,8 +236,8 @@ pub fn observe<'i>(
     if tracking {
         episode::completed(caller, &before, &completed);
     }
-    if (ours || packed) && matches!(completed, Completed::Unknown) {
-        failed(requests, &before, &owners);
+    if let (true, Completed::Unknown(statuses)) = (ours || packed, &completed) {
+        failed(requests, &before, &owners, *statuses);
     }
     if ours || packed {
         completed.each(requests.len(), |i| match owners[i] {
@@ -253,13 +254,18 @@ pub fn observe<'i>(
 }
 
 /// After a completion call failed (MPI_ERR_IN_STATUS) over `requests` (`before` it, of
-/// `owners`): MPI freed the requests it completed, failed or not, and left the others pending.
-/// A packed receive that completed is unpacked now, and its entry goes: MPI may give its handle
-/// to a later message. A persistent request of the library's that completed is handed back as
-/// MPI_REQUEST_NULL, as the application's own would be; where MPI freed it (Open MPI frees a
-/// failed one), the library forgets it, lest it free or start it once MPI has given its handle to
-/// another request.
-fn failed(requests: &mut [MPI_Request], before: &[usize], owners: &[Owner]) {
+/// `owners`; `statuses`, where MPI wrote one per request): MPI freed the requests it completed,
+/// failed or not, and left the others pending. A packed receive that completed is unpacked now,
+/// and its entry goes: MPI may give its handle to a later message. A persistent request of the
+/// library's that completed is handed back as MPI_REQUEST_NULL, as the application's own would
+/// be; where MPI freed it (Open MPI frees a failed one), the library forgets it, lest it free or
+/// start it once MPI has given its handle to another request.
+fn failed(
+    requests: &mut [MPI_Request],
+    before: &[usize],
+    owners: &[Owner],
+    statuses: Option<&[MPI_Status]>,
+) {
     let null = mpi::request_null().bits();
     for (i, owner) in owners.iter().enumerate() {
         match *owner {
@@ -272,7 +278,21 @@ fn failed(requests: &mut [MPI_Request], before: &[usize], owners: &[Owner]) {
             Owner::Persistent => {
                 if requests[i].bits() == null {
                     persistent::freed_by_mpi(before[i]);
-                } else if mpi::requests::settle_if_done(&mut requests[i]) {
+                    continue;
+                }
+                // Without statuses, one that completed since counts as completed in the call:
+                // the application sees no difference but its status.
+                let pending = statuses
+                    .and_then(|s| s.get(i))
+                    .is_some_and(|s| mpi::error_class(s.MPI_ERROR) == mpi::ERR_PENDING);
+                if !pending
+                    && let Some(comm) = persistent::comm_of(before[i])
+                    // A failed request reports its failure again (MPICH), which the
+                    // application's handler has had.
+                    && mpi::errors_returned(comm, || {
+                        mpi::requests::settle_if_done(&mut requests[i])
+                    })
+                {
                     persistent::completed(before[i]);
                     requests[i] = mpi::request_null();
                 }

@@ -142,7 +142,7 @@ fn all_or_unknown<'i>(rc: c_int) -> (c_int, Completed<'i>) {
     let completed = if rc == mpi::SUCCESS {
         Completed::All
     } else {
-        Completed::Unknown
+        Completed::Unknown(None)
     };
     (rc, completed)
 }
@@ -150,7 +150,7 @@ fn all_or_unknown<'i>(rc: c_int) -> (c_int, Completed<'i>) {
 /// The outcome of Waitany/Testany: the index MPI returned, unless it is MPI_UNDEFINED.
 fn any<'i>(rc: c_int, index: *const c_int) -> (c_int, Completed<'i>) {
     match written(rc, index).map(usize::try_from) {
-        None => (rc, Completed::Unknown),
+        None => (rc, Completed::Unknown(None)),
         Some(Ok(i)) => (rc, Completed::Index(i)),
         Some(Err(_)) => (rc, Completed::Nothing),
     }
@@ -159,7 +159,7 @@ fn any<'i>(rc: c_int, index: *const c_int) -> (c_int, Completed<'i>) {
 /// The outcome of Waitsome/Testsome.
 fn some<'i>(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int, Completed<'i>) {
     let Some(count) = written(rc, outcount) else {
-        return (rc, Completed::Unknown);
+        return (rc, Completed::Unknown(None));
     };
     match usize::try_from(count) {
         Ok(0) => (rc, Completed::Nothing),
@@ -175,7 +175,7 @@ fn some<'i>(rc: c_int, outcount: *const c_int, indices: *const c_int) -> (c_int,
 /// The outcome of Test/Testall: everything completed when the flag is set.
 fn flagged<'i>(rc: c_int, flag: *const c_int) -> (c_int, Completed<'i>) {
     match written(rc, flag) {
-        None => (rc, Completed::Unknown),
+        None => (rc, Completed::Unknown(None)),
         Some(0) => (rc, Completed::Nothing),
         Some(_) => (rc, Completed::All),
     }
@@ -239,18 +239,25 @@ pub extern "C" fn commtune_waitall(
     let stepped = halo::run_pairwise_steps(all);
     stepped.prepare(statuses_of(statuses, count));
     completion(ra, all, Kind::Wait, |all| {
-        let rc = if must_poll(all) {
-            let mut flag = 0;
-            poll(all, |all| {
-                let rc = requests::testall(count, all.as_mut_ptr(), &mut flag, statuses);
-                (rc, flag != 0)
-            })
-        } else {
-            requests::waitall(count, all.as_mut_ptr(), statuses)
-        };
+        let waited = stepped.quietly(|| {
+            if must_poll(all) {
+                let mut flag = 0;
+                poll(all, |all| {
+                    let rc = requests::testall(count, all.as_mut_ptr(), &mut flag, statuses);
+                    (rc, flag != 0)
+                })
+            } else {
+                requests::waitall(count, all.as_mut_ptr(), statuses)
+            }
+        });
+        let rc = halo::finish_pairwise_steps(statuses_of(statuses, count), stepped, waited);
         // What completed is what this MPI_Waitall completed; what it returns includes the steps.
-        let completed = all_or_unknown(rc).1;
-        let rc = halo::finish_pairwise_steps(statuses_of(statuses, count), stepped, rc);
+        let completed = match all_or_unknown(waited).1 {
+            Completed::Unknown(_) if mpi::error_class(waited) == mpi::ERR_IN_STATUS => {
+                Completed::Unknown(statuses_of(statuses, count).map(|s| &*s))
+            }
+            completed => completed,
+        };
         (rc, completed)
     })
 }

@@ -249,6 +249,30 @@ pub fn call_errhandler(comm: MPI_Comm, code: c_int) {
     unsafe { ffi::PMPI_Comm_call_errhandler(comm, code) };
 }
 
+/// Runs `f` with `comm`'s error handler set aside (MPI_ERRORS_RETURN meanwhile), so that a failure
+/// inside reaches no handler of the application's. A call another thread makes on `comm`
+/// meanwhile that fails returns its error instead.
+pub fn errors_returned<T>(comm: MPI_Comm, f: impl FnOnce() -> T) -> T {
+    // SAFETY: reads a constant handle MPI set up at load time.
+    let mut handler = unsafe { ffi::RSMPI_ERRORS_RETURN };
+    // SAFETY: writes one handle, a new reference that is freed below. (Whether it fails is this
+    // rank's own: `f` runs regardless, as it may be collective.)
+    let set_aside = unsafe { ffi::PMPI_Comm_get_errhandler(comm, &mut handler) } == SUCCESS;
+    if set_aside {
+        // SAFETY: sets the error handler of the application's communicator, restored below.
+        unsafe { ffi::PMPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) };
+    }
+    let result = f();
+    if set_aside {
+        // SAFETY: restores the application's handler and frees the reference taken above.
+        unsafe {
+            ffi::PMPI_Comm_set_errhandler(comm, handler);
+            ffi::PMPI_Errhandler_free(&mut handler);
+        }
+    }
+    result
+}
+
 /// The error class of an error code (MPICH's codes carry more than their class).
 pub fn error_class(code: c_int) -> c_int {
     let mut class = code;

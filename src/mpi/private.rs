@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use mpi_sys as ffi;
 
 use super::datatype::{MpiResult, check};
-use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_free, comm_rank, comm_size};
+use super::{Comm, HandleBits, MPI_Comm, comm_free, comm_rank, comm_size};
 
 /// A duplicate of `user` (the same group and ranks, a new context) that reports errors as return
 /// codes (the caller invokes the application's error handler on its own communicator).
@@ -17,31 +17,16 @@ use super::{Comm, HandleBits, MPI_Comm, SUCCESS, comm_free, comm_rank, comm_size
 /// It fails on every rank where one rank does not `join` (its own limit), or where MPI has no
 /// context left for it (MPICH has about 2000 per process): the caller then runs the application's
 /// calls natively, so the split reports to no error handler of the application's, whose default
-/// would abort the job. The application's handler is set aside for the split alone; a call
-/// another thread makes on `user` meanwhile that fails returns its error instead.
+/// would abort the job (`errors_returned`).
 pub fn duplicate(user: MPI_Comm, join: bool) -> MpiResult<Comm> {
-    // SAFETY: reads a constant handle MPI set up at load time.
-    let mut handler = unsafe { ffi::RSMPI_ERRORS_RETURN };
-    // SAFETY: writes one handle, a new reference that is freed below. (Whether it fails is this
-    // rank's own: every rank goes on to the split regardless.)
-    let set_aside = unsafe { ffi::PMPI_Comm_get_errhandler(user, &mut handler) } == SUCCESS;
-    if set_aside {
-        // SAFETY: sets the error handler of the application's communicator, restored below.
-        unsafe { ffi::PMPI_Comm_set_errhandler(user, ffi::RSMPI_ERRORS_RETURN) };
-    }
     let mut dup = user;
     // A rank that does not join gets no communicator, and the others one without it.
     let color = if join { 0 } else { ffi::MPI_UNDEFINED };
-    // SAFETY: writes one handle; collective over `user`, as the caller arranges. One color and
-    // the rank as key keep the group and its order.
-    let split = unsafe { ffi::PMPI_Comm_split(user, color, comm_rank(user), &mut dup) };
-    if set_aside {
-        // SAFETY: restores the application's handler and frees the reference taken above.
-        unsafe {
-            ffi::PMPI_Comm_set_errhandler(user, handler);
-            ffi::PMPI_Errhandler_free(&mut handler);
-        }
-    }
+    let split = super::errors_returned(user, || {
+        // SAFETY: writes one handle; collective over `user`, as the caller arranges. One color
+        // and the rank as key keep the group and its order.
+        unsafe { ffi::PMPI_Comm_split(user, color, comm_rank(user), &mut dup) }
+    });
     check(split)?;
     // SAFETY: reads a constant handle MPI set up at load time.
     let null = unsafe { ffi::RSMPI_COMM_NULL };

@@ -1,6 +1,7 @@
 /* A completion call that fails for one of its messages: rank 1 receives two strided messages
- * from rank 0 in one MPI_Waitall under MPI_ERRORS_RETURN, the second with room for half of what
- * rank 0 sends (MPI_ERR_TRUNCATE). MPI_Waitall returns MPI_ERR_IN_STATUS; the first message
+ * from rank 0 in one MPI_Waitall, the second with room for half of what rank 0 sends
+ * (MPI_ERR_TRUNCATE), under an error handler that counts its calls and returns (once per failed
+ * MPI_Waitall, as natively). MPI_Waitall returns MPI_ERR_IN_STATUS; the first message
  * completed without error and its data must be in place, whichever way it was posted (`pack`
  * posts it as MPI_PACKED bytes and unpacks it at completion; `pairwise` completes it in a step
  * before MPI_Waitall). In odd episodes rank 0 posts 20 ms late, so that MPI_Waitall itself
@@ -17,13 +18,24 @@
 #define ELEMENTS 32
 #define STRIDE 2
 
+static int handled;
+
+static void count_calls(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    (void)code;
+    handled++;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int episodes = argc > 1 ? atoi(argv[1]) : 20;
     int rank, failures = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Errhandler counting;
+    MPI_Comm_create_errhandler(count_calls, &counting);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, counting);
     MPI_Datatype strided;
     MPI_Type_vector(ELEMENTS, 1, STRIDE, MPI_DOUBLE, &strided);
     MPI_Type_commit(&strided);
@@ -63,8 +75,13 @@ int main(int argc, char **argv)
                 failures++;
         }
     }
+    if (handled != (rank == 1 ? episodes : 0)) {
+        printf("packed_receive_error: rank %d: the error handler ran %d times\n", rank, handled);
+        failures++;
+    }
     int total = 0;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Errhandler_free(&counting);
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0)
         printf(total == 0 ? "packed_receive_error: results correct\n"

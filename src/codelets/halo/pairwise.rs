@@ -65,9 +65,10 @@ pub struct Steps {
     /// The statuses of the requests they completed, by position (MPI_Waitall reports them empty:
     /// they are inactive by then).
     saved: Vec<(usize, MPI_Status)>,
-    /// A step failed (MPI_ERR_IN_STATUS, under an error handler that returns): MPI_Waitall must
-    /// say so, though the requests it then completes are fine.
-    failed: bool,
+    /// The communicator of a step that failed (MPI_ERR_IN_STATUS, under an error handler that
+    /// returns), whose handler the failure reached: MPI_Waitall must say so, though the requests
+    /// it then completes are fine.
+    failed: Option<MPI_Comm>,
 }
 
 /// Before an MPI_Waitall over `requests`: starts every held operation, those of this array that
@@ -120,32 +121,41 @@ pub fn run_steps(requests: &[MPI_Request]) -> Steps {
             .into_iter()
             .map(|r| persistent::begin(r).unwrap_or_else(mpi::request_null))
             .collect();
-        let finished = finish_step(&mut handles, MPI_Comm::from_bits(comm));
-        let next_step = matches!(finished, Some((_, false)));
-        if let Some((statuses, failed)) = finished {
-            steps
-                .saved
-                .extend(at.into_iter().zip(statuses).filter(|(_, s)| {
-                    // After a failure, a request that is neither failed nor complete stays active.
-                    !failed || mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING
-                }));
-            steps.failed = failed;
-        }
-        if !next_step {
-            // A peer not ready, or an error: MPI_Waitall completes the rest as natively.
+        let Some((statuses, rc)) = finish_step(&mut handles) else {
+            // The peer is not ready: MPI_Waitall completes the rest as natively.
             rest.for_each(|r| {
                 persistent::begin(r);
             });
+            break;
+        };
+        let failed = rc != mpi::SUCCESS || statuses.iter().any(|s| s.MPI_ERROR != mpi::SUCCESS);
+        steps
+            .saved
+            .extend(at.into_iter().zip(statuses).filter(|(_, s)| {
+                // After a failure, a request that is neither failed nor complete stays active.
+                !failed || mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING
+            }));
+        if failed {
+            rest.for_each(|r| {
+                persistent::begin(r);
+            });
+            let comm = MPI_Comm::from_bits(comm);
+            if rc == mpi::SUCCESS {
+                // Open MPI reports a persistent request's failure in its status alone, and calls
+                // no error handler, where MPI_Waitall over the application's own request would:
+                // now, with nothing held any more.
+                mpi::call_errhandler(comm, mpi::ERR_IN_STATUS);
+            }
+            steps.failed = Some(comm);
             break;
         }
     }
     steps
 }
 
-/// Waits up to `PATIENCE` for a step's requests (of `comm`): their statuses and whether the step
-/// failed, or None when the peer was not ready (the requests stay active; MPI_Waitall completes
-/// them).
-fn finish_step(handles: &mut [MPI_Request], comm: MPI_Comm) -> Option<(Vec<MPI_Status>, bool)> {
+/// Waits up to `PATIENCE` for a step's requests: their statuses and MPI's code, or None when the
+/// peer was not ready (the requests stay active; MPI_Waitall completes them).
+fn finish_step(handles: &mut [MPI_Request]) -> Option<(Vec<MPI_Status>, c_int)> {
     // Error fields start as MPI_SUCCESS: MPI writes them only where something failed.
     let mut statuses = vec![empty_status(); handles.len()];
     let start = Instant::now();
@@ -155,13 +165,7 @@ fn finish_step(handles: &mut [MPI_Request], comm: MPI_Comm) -> Option<(Vec<MPI_S
                 // MPI wrote no status: each says the call's error.
                 statuses.iter_mut().for_each(|s| s.MPI_ERROR = rc);
             }
-            let failed = rc != mpi::SUCCESS || statuses.iter().any(|s| s.MPI_ERROR != mpi::SUCCESS);
-            if failed && rc == mpi::SUCCESS {
-                // Open MPI reports a persistent request's failure in its status alone, and calls
-                // no error handler; MPI_Waitall over the application's own request would have.
-                mpi::call_errhandler(comm, mpi::ERR_IN_STATUS);
-            }
-            return Some((statuses, failed));
+            return Some((statuses, rc));
         }
         if start.elapsed() > PATIENCE {
             return None;
@@ -175,8 +179,18 @@ impl Steps {
     /// field, so they start as MPI_SUCCESS. MPI writes those of requests that fail, even where it
     /// returns MPI_SUCCESS (Open MPI, for a persistent request).
     pub fn prepare(&self, statuses: Option<&mut [MPI_Status]>) {
-        if let (true, Some(statuses)) = (self.failed, statuses) {
+        if let (Some(_), Some(statuses)) = (self.failed, statuses) {
             statuses.iter_mut().for_each(|s| s.MPI_ERROR = mpi::SUCCESS);
+        }
+    }
+
+    /// Runs the application's MPI_Waitall, `wait`: after a failed step, whose failure reached its
+    /// communicator's error handler, with that handler set aside, so that it is called once, as
+    /// by a native MPI_Waitall.
+    pub fn quietly(&self, wait: impl FnOnce() -> c_int) -> c_int {
+        match self.failed {
+            Some(comm) => mpi::errors_returned(comm, wait),
+            None => wait(),
         }
     }
 }
@@ -195,7 +209,7 @@ pub fn finish(statuses: Option<&mut [MPI_Status]>, steps: Steps, rc: c_int) -> c
             }
         }
     }
-    if steps.failed && rc == mpi::SUCCESS {
+    if steps.failed.is_some() && rc == mpi::SUCCESS {
         mpi::ERR_IN_STATUS
     } else {
         rc

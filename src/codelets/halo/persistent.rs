@@ -20,7 +20,7 @@ use super::HaloCodelet;
 use super::HaloRequirement::{IntCount, NotInFlight, PostedBefore, RealPeer};
 use crate::comms;
 use crate::mpi::requests::Persistent;
-use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind};
+use crate::mpi::{self, HandleBits, MPI_Comm, MPI_Request, PointToPoint, PointToPointKind};
 
 pub const CODELET: HaloCodelet = HaloCodelet {
     name: "persistent",
@@ -222,6 +222,13 @@ pub fn any_started() -> bool {
 /// Whether `request` is one of the library's started requests.
 pub fn is_started(request: usize) -> bool {
     STARTED.contains_key(&request)
+}
+
+/// The communicator of the library's started request `request`.
+pub fn comm_of(request: usize) -> Option<MPI_Comm> {
+    STARTED
+        .get(&request)
+        .map(|started| MPI_Comm::from_bits(started.message.comm))
 }
 
 /// Removes `request` from the started requests, returning what it was.
