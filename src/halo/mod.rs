@@ -253,13 +253,15 @@ pub fn observe<'i>(
     rc
 }
 
-/// After a completion call failed (MPI_ERR_IN_STATUS) over `requests` (`before` it, of
-/// `owners`; `statuses`, where MPI wrote one per request): MPI freed the requests it completed,
-/// failed or not, and left the others pending. A packed receive that completed is unpacked now,
-/// and its entry goes: MPI may give its handle to a later message. A persistent request of the
-/// library's that completed is handed back as MPI_REQUEST_NULL, as the application's own would
-/// be; where MPI freed it (Open MPI frees a failed one), the library forgets it, lest it free or
-/// start it once MPI has given its handle to another request.
+/// After a completion call over `requests` failed (`before` it, of `owners`; `statuses`, where MPI
+/// wrote one per request with MPI_ERR_IN_STATUS): MPI freed the application's requests it
+/// completed, failed or not, and left the others pending. A packed receive that completed is
+/// unpacked now, and its entry goes: MPI may give its handle to a later message. A persistent
+/// request of the library's whose handle MPI nulled (it freed it) is forgotten, lest the library
+/// free or start it once MPI has given the handle to another request; one the statuses say
+/// completed is handed back as MPI_REQUEST_NULL, as the application's own would be. Without
+/// statuses the others stay as MPI left them: the application's next completion call over them
+/// returns at once, where settling them now could lose the status of one still pending.
 fn failed(
     requests: &mut [MPI_Request],
     before: &[usize],
@@ -280,12 +282,10 @@ fn failed(
                     persistent::freed_by_mpi(before[i]);
                     continue;
                 }
-                // Without statuses, one that completed since counts as completed in the call:
-                // the application sees no difference but its status.
-                let pending = statuses
+                let done = statuses
                     .and_then(|s| s.get(i))
-                    .is_some_and(|s| mpi::error_class(s.MPI_ERROR) == mpi::ERR_PENDING);
-                if !pending
+                    .is_some_and(|s| mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING);
+                if done
                     && let Some(comm) = persistent::comm_of(before[i])
                     // A failed request reports its failure again (MPICH), which the
                     // application's handler has had.

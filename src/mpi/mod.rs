@@ -251,7 +251,8 @@ pub fn call_errhandler(comm: MPI_Comm, code: c_int) {
 
 /// Runs `f` with `comm`'s error handler set aside (MPI_ERRORS_RETURN meanwhile), so that a failure
 /// inside reaches no handler of the application's. A call another thread makes on `comm`
-/// meanwhile that fails returns its error instead.
+/// meanwhile that fails returns its error instead, and a handler another thread sets meanwhile
+/// is undone.
 pub fn errors_returned<T>(comm: MPI_Comm, f: impl FnOnce() -> T) -> T {
     // SAFETY: reads a constant handle MPI set up at load time.
     let mut handler = unsafe { ffi::RSMPI_ERRORS_RETURN };

@@ -50,9 +50,8 @@ pub fn test_all(requests: &mut [MPI_Request], statuses: &mut [MPI_Status]) -> Op
     (rc != super::SUCCESS || flag != 0).then_some(rc)
 }
 
-/// After a completion call failed over it: whether `request` (a persistent request of the
-/// library's that MPI left non-null) is inactive, which then makes sure of: it completed in that
-/// call, or has since (then its status is lost).
+/// A persistent request of the library's that a failed completion call completed, or left
+/// pending: when it is complete, completes it (inactive, its handle kept) and returns true.
 pub fn settle_if_done(request: &mut MPI_Request) -> bool {
     let mut flag = 0;
     // SAFETY: a valid request handle; MPI writes the flag and ignores the status.

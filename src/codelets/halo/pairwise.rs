@@ -66,8 +66,8 @@ pub struct Steps {
     /// they are inactive by then).
     saved: Vec<(usize, MPI_Status)>,
     /// The communicator of a step that failed (MPI_ERR_IN_STATUS, under an error handler that
-    /// returns), whose handler the failure reached: MPI_Waitall must say so, though the requests
-    /// it then completes are fine.
+    /// returns), whose failure reached an error handler: MPI_Waitall must say so, though the
+    /// requests it then completes are fine.
     failed: Option<MPI_Comm>,
 }
 
@@ -184,12 +184,15 @@ impl Steps {
         }
     }
 
-    /// Runs the application's MPI_Waitall, `wait`: after a failed step, whose failure reached its
-    /// communicator's error handler, with that handler set aside, so that it is called once, as
-    /// by a native MPI_Waitall.
+    /// Runs the application's MPI_Waitall, `wait`: after a failed step, whose failure reached an
+    /// error handler, with the handlers it may call set aside (its communicator's, and
+    /// MPI_COMM_WORLD's, which MPICH's MPI_Waitall calls), so that one is called once, as by a
+    /// native MPI_Waitall.
     pub fn quietly(&self, wait: impl FnOnce() -> c_int) -> c_int {
         match self.failed {
-            Some(comm) => mpi::errors_returned(comm, wait),
+            Some(comm) => {
+                mpi::errors_returned(comm, || mpi::errors_returned(mpi::comm_world(), wait))
+            }
             None => wait(),
         }
     }

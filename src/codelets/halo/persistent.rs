@@ -269,8 +269,8 @@ pub fn completed(request: usize) {
 }
 
 /// MPI frees `request` itself: the application is freeing it with MPI_Request_free (MPI frees it
-/// when it completes), or a completion call that failed freed it (Open MPI frees a failed
-/// request, persistent or not). If it is ours, the library must never start or free it again.
+/// when it completes), or a completion call that failed nulled its handle. If it is ours, the
+/// library must never start or free it again.
 pub fn freed_by_mpi(request: usize) {
     if let Some(Started { message, kept, .. }) = unstart(request)
         && kept
