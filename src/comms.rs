@@ -44,6 +44,10 @@ static EPOCHS: AtomicU64 = AtomicU64::new(1);
 const MAX_PRIVATE: usize = 128;
 static PRIVATE_LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Why a communicator runs natively when `Communicator::private` fails (for the report).
+pub const NO_PRIVATE: &str = "the library could not duplicate the communicator: MPI had no \
+                              context left, or a rank already kept the library's 128";
+
 /// Every communicator handle seen, for the whole run (a record is reset, not removed, when its
 /// communicator is freed): no limit that could make one rank behave differently.
 static RECORDS: LazyLock<DashMap<usize, &'static Communicator, FxBuildHasher>> =
@@ -152,4 +156,17 @@ fn freed(bits: usize) {
     record
         .epoch
         .store(EPOCHS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_PRIVATE, NO_PRIVATE};
+
+    #[test]
+    fn the_reason_names_the_limit() {
+        assert!(
+            NO_PRIVATE.ends_with(&format!(" {MAX_PRIVATE}")),
+            "{NO_PRIVATE}"
+        );
+    }
 }

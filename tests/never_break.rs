@@ -193,32 +193,40 @@ fn a_failed_completion_still_delivers_the_receives_it_completed_mpich() {
     packed_receive_error(Mpich);
 }
 
-/// Alltoall and allgatherv in place, where MPI ignores the send count and type: rank 0 passes
-/// MPI_DATATYPE_NULL (tests/programs/in_place_null_sendtype.c). The library took rank 0's calls
-/// for invalid, passed them to MPI uncounted, and the other ranks' checkpoints waited for it: a
-/// hang.
-#[test]
-fn in_place_send_type_is_ignored_openmpi() {
-    tuned(OpenMpi, 3, "in_place_null_sendtype.c", &[], &[]);
+/// Two tests, `$openmpi` and `$mpich`, that run `$program` as `tuned` does with no arguments or
+/// knobs: on 3 ranks of Open MPI, on 2 of MPICH.
+macro_rules! tuned_under_both {
+    ($program:literal, $openmpi:ident, $mpich:ident) => {
+        #[test]
+        fn $openmpi() {
+            tuned(OpenMpi, 3, $program, &[], &[]);
+        }
+
+        #[test]
+        fn $mpich() {
+            tuned(Mpich, 2, $program, &[], &[]);
+        }
+    };
 }
 
-#[test]
-fn in_place_send_type_is_ignored_mpich() {
-    tuned(Mpich, 2, "in_place_null_sendtype.c", &[], &[]);
-}
+// Alltoall and allgatherv in place, where MPI ignores the send count and type: rank 0 passes
+// MPI_DATATYPE_NULL (tests/programs/in_place_null_sendtype.c). The library took rank 0's calls
+// for invalid, passed them to MPI uncounted, and the other ranks' checkpoints waited for it: a
+// hang.
+tuned_under_both!(
+    "in_place_null_sendtype.c",
+    in_place_send_type_is_ignored_openmpi,
+    in_place_send_type_is_ignored_mpich
+);
 
-/// A communicator with an attribute whose delete callback frees its value
-/// (tests/programs/attribute_copies.c): the library's duplicate for tuning copied the attribute
-/// (MPI_Comm_dup runs the copy callbacks), so the value was freed twice, and the process aborted.
-#[test]
-fn the_librarys_duplicate_copies_no_attribute_openmpi() {
-    tuned(OpenMpi, 3, "attribute_copies.c", &[], &[]);
-}
-
-#[test]
-fn the_librarys_duplicate_copies_no_attribute_mpich() {
-    tuned(Mpich, 2, "attribute_copies.c", &[], &[]);
-}
+// A communicator with an attribute whose delete callback frees its value
+// (tests/programs/attribute_copies.c): the library's duplicate for tuning copied the attribute
+// (MPI_Comm_dup runs the copy callbacks), so the value was freed twice, and the process aborted.
+tuned_under_both!(
+    "attribute_copies.c",
+    the_librarys_duplicate_copies_no_attribute_openmpi,
+    the_librarys_duplicate_copies_no_attribute_mpich
+);
 
 /// A program that uses every communicator context MPI has (tests/programs/contexts_exhausted.c),
 /// then calls MPI_Allreduce on a communicator whose handler is fatal: the library's duplicate of

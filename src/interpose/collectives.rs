@@ -181,12 +181,13 @@ fn send_type(
     }
 }
 
-/// A send count as a key reads it: in place, the count is not read (it has no meaning).
-fn send_word(sendbuf: *const c_void, sendcount: MPI_Count) -> u64 {
+/// The send count and type as a key reads them: in place, neither is read (MPI ignores them, and
+/// ranks may pass anything).
+fn send_words(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype) -> [u64; 2] {
     if mpi::is_in_place(sendbuf) {
-        u64::MAX
+        [u64::MAX; 2]
     } else {
-        sendcount as u64
+        [sendcount as u64, sendtype.bits() as u64]
     }
 }
 
@@ -199,13 +200,14 @@ impl Intercepted for Alltoall {
     }
 
     fn key(&self, caller: usize) -> CallKey {
+        let [sendcount, sendtype] = send_words(self.sendbuf, self.sendcount, self.sendtype);
         CallKey {
             caller,
             op: Op::Alltoall,
             words: [
                 self.comm.bits() as u64,
-                send_word(self.sendbuf, self.sendcount),
-                send_type(self.sendbuf, self.sendtype, self.recvtype).bits() as u64,
+                sendcount,
+                sendtype,
                 self.recvcount as u64,
                 self.recvtype.bits() as u64,
             ],
@@ -292,13 +294,14 @@ impl Intercepted for Allgatherv {
             layout.write_i64(self.recvcounts.get(i));
             layout.write_i64(self.displs.get(i));
         }
+        let [sendcount, sendtype] = send_words(self.sendbuf, self.sendcount, self.sendtype);
         CallKey {
             caller,
             op: Op::Allgatherv,
             words: [
                 self.comm.bits() as u64,
-                send_word(self.sendbuf, self.sendcount),
-                send_type(self.sendbuf, self.sendtype, self.recvtype).bits() as u64,
+                sendcount,
+                sendtype,
                 self.recvtype.bits() as u64,
                 layout.finish(),
             ],

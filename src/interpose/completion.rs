@@ -237,9 +237,8 @@ pub extern "C" fn commtune_waitall(
         return requests::waitall(count, array, statuses);
     };
     let stepped = halo::run_pairwise_steps(all);
-    stepped.prepare(statuses_of(statuses, count));
     completion(ra, all, Kind::Wait, |all| {
-        let waited = stepped.quietly(|| {
+        let waited = stepped.quietly(statuses_of(statuses, count), || {
             if must_poll(all) {
                 let mut flag = 0;
                 poll(all, |all| {

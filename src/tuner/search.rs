@@ -22,7 +22,7 @@ use crate::keys::Entry;
 use crate::mpi::Comm;
 use crate::say::say;
 use crate::sync::lock;
-use crate::{clock, runtime};
+use crate::{clock, comms, runtime};
 
 /// Checkpoints finding different keys on different ranks before a key is given up.
 const MAX_DISAGREEMENTS: u32 = 2;
@@ -30,9 +30,6 @@ const MAX_DISAGREEMENTS: u32 = 2;
 /// best codelet so far, so that the communicator's other keys get their turn.
 const STALL: u64 = 4096;
 
-/// Why a communicator stops tuning when the library cannot make its private duplicate.
-const NO_PRIVATE_COMM: &str = "the library could not duplicate the communicator: MPI had no \
-                               context left, or a rank already kept the library's 128";
 /// Why it stops when a checkpoint's reduction fails.
 const CHECKPOINT_FAILED: &str = "an MPI error in the library's agreement on this communicator";
 
@@ -50,7 +47,7 @@ pub(super) fn checkpoint<C: Operation>(
         Some(p) => p,
         None => match at.slot.record.private(at.call.comm()) {
             Ok(p) => *comm.private.insert(p),
-            Err(_) => return at.slot.disable(comm, NO_PRIVATE_COMM),
+            Err(_) => return at.slot.disable(comm, comms::NO_PRIVATE),
         },
     };
     let start = clock::now();

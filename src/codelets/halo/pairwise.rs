@@ -174,27 +174,25 @@ fn finish_step(handles: &mut [MPI_Request]) -> Option<(Vec<MPI_Status>, c_int)> 
 }
 
 impl Steps {
-    /// Before the application's MPI_Waitall, with its status array (None: MPI_STATUSES_IGNORE):
-    /// after a failed step it returns MPI_ERR_IN_STATUS, which defines every status's error
-    /// field, so they start as MPI_SUCCESS. MPI writes those of requests that fail, even where it
-    /// returns MPI_SUCCESS (Open MPI, for a persistent request).
-    pub fn prepare(&self, statuses: Option<&mut [MPI_Status]>) {
-        if let (Some(_), Some(statuses)) = (self.failed, statuses) {
+    /// Runs the application's MPI_Waitall, `wait`, over its status array `statuses` (None:
+    /// MPI_STATUSES_IGNORE). After a failed step MPI_Waitall returns MPI_ERR_IN_STATUS, which
+    /// defines every status's error field: they start as MPI_SUCCESS, as MPI writes those of
+    /// requests that fail, even where it returns MPI_SUCCESS (Open MPI, for a persistent
+    /// request). And the failure reached an error handler already: the handlers MPI_Waitall may
+    /// call (the step's communicator's, and MPI_COMM_WORLD's, which MPICH's calls) are set aside,
+    /// so that one runs once, as for a native MPI_Waitall.
+    pub fn quietly(
+        &self,
+        statuses: Option<&mut [MPI_Status]>,
+        wait: impl FnOnce() -> c_int,
+    ) -> c_int {
+        let Some(comm) = self.failed else {
+            return wait();
+        };
+        if let Some(statuses) = statuses {
             statuses.iter_mut().for_each(|s| s.MPI_ERROR = mpi::SUCCESS);
         }
-    }
-
-    /// Runs the application's MPI_Waitall, `wait`: after a failed step, whose failure reached an
-    /// error handler, with the handlers it may call set aside (its communicator's, and
-    /// MPI_COMM_WORLD's, which MPICH's MPI_Waitall calls), so that one is called once, as by a
-    /// native MPI_Waitall.
-    pub fn quietly(&self, wait: impl FnOnce() -> c_int) -> c_int {
-        match self.failed {
-            Some(comm) => {
-                mpi::errors_returned(comm, || mpi::errors_returned(mpi::comm_world(), wait))
-            }
-            None => wait(),
-        }
+        mpi::errors_returned(comm, || mpi::errors_returned(mpi::comm_world(), wait))
     }
 }
 

@@ -216,11 +216,7 @@ fn count_collective(comm: MPI_Comm, episodes: Episodes, tuned: bool) {
         return;
     }
     let Ok(private) = record.private(comm) else {
-        settle(
-            bits,
-            "the library could not duplicate the communicator: MPI had no context left, or a \
-             rank already kept the library's 128",
-        );
+        settle(bits, comms::NO_PRIVATE);
         return;
     };
     let agreed = match trial {
