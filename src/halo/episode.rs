@@ -252,7 +252,10 @@ pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
             return;
         }
         completed.each(before.len(), |i| t.finish(before[i]));
-        if t.open == 0 && !t.ops.is_empty() {
+        if t.open == 0
+            && !t.ops.is_empty()
+            && !agreement::still_posting(t.ops.iter().map(Posted::expected))
+        {
             t.close(caller);
         }
     });
@@ -279,7 +282,6 @@ impl Posted {
             peer: self.peer,
             tag: self.tag,
             count: self.count,
-            datatype: Shared::new(self.datatype),
             bytes: self.bytes() as i64,
             comm: Shared::new(self.comm),
         }

@@ -26,8 +26,7 @@ use super::{HaloCodelet, deferred};
 use crate::mpi::neighbor::{Arrays, Block, Generalized, Graph, Reported};
 use crate::mpi::requests::Pending;
 use crate::mpi::{
-    self, HandleBits, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status, PointToPoint,
-    PointToPointKind, Shared,
+    self, HandleBits, MPI_Comm, MPI_Request, MPI_Status, PointToPoint, PointToPointKind, Shared,
 };
 
 pub const CODELET: HaloCodelet = HaloCodelet {
@@ -52,20 +51,33 @@ pub struct Expected {
     pub peer: c_int,
     pub tag: c_int,
     pub count: i64,
-    pub datatype: Shared<MPI_Datatype>,
-    /// The bytes it moves, from its post: the application may free the datatype after it.
+    /// The bytes it moves, from its post: the application may free the datatype after it. A
+    /// message is told by them, not by its datatype's handle (`Expected::is`).
     pub bytes: i64,
     pub comm: Shared<MPI_Comm>,
 }
 
 impl Expected {
+    /// Whether `other` is the same message, as `is` tells a post.
+    fn same(&self, other: &Expected) -> bool {
+        self.kind == other.kind
+            && self.peer == other.peer
+            && self.tag == other.tag
+            && self.comm.get().bits() == other.comm.get().bits()
+            && self.bytes == other.bytes
+    }
+
+    /// Whether `call` posts this message. Its size in bytes stands for its count and datatype:
+    /// it is what matching and the peers see, while a datatype the application frees and makes
+    /// again between instances may come back with another handle on one rank only (which would
+    /// then post that instance natively while its peers wait in the collective). The
+    /// collective moves each post's own buffer, count and datatype.
     fn is(&self, call: &PointToPoint) -> bool {
         self.kind == call.kind
             && self.peer == call.peer
             && self.tag == call.tag
-            && self.count == call.count
-            && self.datatype.get().bits() == call.datatype.bits()
             && self.comm.get().bits() == call.comm.bits()
+            && self.bytes == (call.count * mpi::type_size(call.datatype)).max(0)
     }
 }
 
@@ -93,6 +105,19 @@ impl Schedule {
             sends,
             graph,
         }
+    }
+
+    /// Whether `messages` (posting order, none to MPI_PROC_NULL) are the first of this episode's,
+    /// at least one and fewer than all.
+    pub fn continued_by(&self, messages: impl Iterator<Item = Expected>) -> bool {
+        let mut count = 0;
+        for m in messages {
+            match self.messages.get(count) {
+                Some(expected) if expected.same(&m) => count += 1,
+                _ => return false,
+            }
+        }
+        count > 0 && count < self.messages.len()
     }
 
     /// The communicator the messages belong to.

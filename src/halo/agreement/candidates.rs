@@ -95,15 +95,15 @@ pub fn closed(
 }
 
 /// A hash of an episode's messages (those to MPI_PROC_NULL left out): what names its instances on
-/// this rank, whatever call completes them.
+/// this rank, whatever call completes them. A message counts by its bytes, not its count and
+/// datatype handle, as `Expected::is` tells a post of the agreed episode.
 fn messages_hash(messages: impl Iterator<Item = Expected>) -> u64 {
     let mut h = FxHasher::default();
     for m in messages {
         h.write_u8(m.kind as u8);
         h.write_i32(m.peer);
         h.write_i32(m.tag);
-        h.write_i64(m.count);
-        h.write_usize(m.datatype.get().bits());
+        h.write_i64(m.bytes);
         h.write_usize(m.comm.get().bits());
     }
     h.finish()

@@ -8,7 +8,7 @@ use commtune_tune::stats;
 
 use super::proposal::{collective_number, next_instance};
 use super::{Episodes, Phase, USES, may_agree, state};
-use crate::codelets::halo::neighbor::Schedule;
+use crate::codelets::halo::neighbor::{Expected, Schedule};
 use crate::keys::Entry;
 use crate::mpi::{self, Comm, HandleBits, PointToPoint};
 use crate::{clock, runtime};
@@ -47,6 +47,21 @@ pub fn schedule_beginning_with(call: &PointToPoint) -> Option<Arc<Schedule>> {
         .find(|u| !u.freed && !u.broken && u.schedule.begins_with(call))
         .map(|u| u.entry)?;
     schedule_for(entry)
+}
+
+/// Whether an episode whose messages so far are `messages` (posting order) is still being posted:
+/// they begin an agreed episode's and are fewer. A rank may complete a message of an instance
+/// before posting the rest (MPI_Request_free of a send, which completes it for the application;
+/// or, in an instance that runs natively, a completion call) while its peers post the instance
+/// whole: closed there, it would be an instance that they count and this rank does not, and the
+/// next one would run the collective on one side only.
+pub fn still_posting(messages: impl Iterator<Item = Expected> + Clone) -> bool {
+    if USES.is_empty() {
+        return false;
+    }
+    let real = messages.filter(|m| m.peer != mpi::proc_null());
+    USES.iter()
+        .any(|u| !u.freed && u.schedule.continued_by(real.clone()))
 }
 
 thread_local! {
