@@ -588,11 +588,13 @@ fn an_agreed_exchange_is_recognised_by_its_posts_mpich() {
 /// its send before posting its receive (the freed send closed the episode there, so rank 1 counted
 /// one instance fewer and ran the next natively while rank 0 waited in the collective), or makes
 /// its send datatype again with another handle (its posts no longer matched the agreed ones, and
-/// went natively). Each hung at every run before the fix.
+/// went natively). Each hung at every run before the fix. And every rank sends the exchange's
+/// first message alone before each step: that exchange, which begins like the agreed one, must
+/// close before the agreed one's posts.
 fn agreed_exchange_varies(flavour: Flavour) {
     let dir = scratch(&format!("halo-agreed-varies-{}", flavour.name()));
     let program = compile(flavour, "agreed_exchange_varies.c", &dir);
-    for variation in ["free", "types"] {
+    for variation in ["free", "types", "prefix"] {
         // Of its 200 exchanges: the first run natively, until the ranks agree.
         neighbor_runs_to_the_end(
             flavour,

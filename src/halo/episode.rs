@@ -81,6 +81,10 @@ struct Tracker {
     /// Every post so far went to MPI_PROC_NULL: an agreed episode's messages leave those out, so
     /// its instance shows at the first real post.
     before_real: bool,
+    /// Its messages all completed while they were the first of an agreed episode's
+    /// (`agreement::still_posting`): the completing call's site, for its close if the next post
+    /// does not go on with that episode's messages.
+    unclosed: Option<usize>,
 }
 
 /// First posts remembered per thread at most.
@@ -106,6 +110,12 @@ struct Prediction {
 pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
     let real = call.peer != mpi::proc_null();
     let (codelet, first) = TRACKER.with_borrow_mut(|t| {
+        if let Some(site) = t.unclosed.take() {
+            let posted = t.ops.iter().map(Posted::expected);
+            if !agreement::goes_on(posted.chain([Expected::of(call)])) {
+                t.close(site);
+            }
+        }
         if !t.ops.is_empty() {
             let decides = t.before_real && real && t.codelet != NEIGHBOR;
             t.before_real &= !real;
@@ -241,7 +251,7 @@ pub fn interrupted() {
 
 /// Whether this thread has an episode in progress (whose requests completion calls may finish).
 pub fn is_open() -> bool {
-    TRACKER.with_borrow(|t| t.open > 0)
+    TRACKER.with_borrow(|t| t.open > 0 || t.unclosed.is_some())
 }
 
 /// A completion call at `caller` finished `completed` of the requests that were `before`.
@@ -252,11 +262,12 @@ pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
             return;
         }
         completed.each(before.len(), |i| t.finish(before[i]));
-        if t.open == 0
-            && !t.ops.is_empty()
-            && !agreement::still_posting(t.ops.iter().map(Posted::expected))
-        {
-            t.close(caller);
+        if t.open == 0 && !t.ops.is_empty() {
+            if agreement::still_posting(t.ops.iter().map(Posted::expected)) {
+                t.unclosed = Some(caller);
+            } else {
+                t.close(caller);
+            }
         }
     });
 }
@@ -294,6 +305,7 @@ impl Tracker {
         self.open = 0;
         self.recvs = 0;
         self.interrupted_at = None;
+        self.unclosed = None;
         if std::mem::take(&mut self.watching) {
             deferred::watch_ends();
         }

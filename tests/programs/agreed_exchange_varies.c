@@ -7,8 +7,14 @@
  *   types  its sends use a derived datatype (8 contiguous doubles), which one step in seven it
  *          frees and makes again after making another, so that it comes back with another handle.
  *
+ * And, on every rank alike:
+ *
+ *   prefix before each step's exchange a lone send of the exchange's first message, completed by
+ *          MPI_Wait and received by MPI_Recv: an exchange of its own, whose message begins the
+ *          agreed exchange's.
+ *
  * Every rank sends 8 doubles to its right neighbour and receives 8 from its left (tag 0), send
- * first; every received value is checked. Usage: agreed_exchange_varies free|types. Rank 0
+ * first; every received value is checked. Usage: agreed_exchange_varies free|types|prefix. Rank 0
  * prints "agreed_exchange_varies: results correct". */
 #include <mpi.h>
 #include <stdio.h>
@@ -26,6 +32,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int frees = argc > 1 && strcmp(argv[1], "free") == 0;
     int types = argc > 1 && strcmp(argv[1], "types") == 0;
+    int prefix = argc > 1 && strcmp(argv[1], "prefix") == 0;
     int left = (rank + size - 1) % size, right = (rank + 1) % size, failures = 0;
     MPI_Datatype eight, spare[SPARE_TYPES];
     int spares = 0;
@@ -42,6 +49,15 @@ int main(int argc, char **argv)
         for (int i = 0; i < N; i++) {
             out[i] = rank * 1000 + step * 10 + i;
             in[i] = -1;
+        }
+        if (prefix) {
+            double lone[N];
+            MPI_Request request;
+            MPI_Isend(out, 1, eight, right, 0, MPI_COMM_WORLD, &request);
+            MPI_Wait(&request, MPI_STATUS_IGNORE);
+            MPI_Recv(lone, N, MPI_DOUBLE, left, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (int i = 0; i < N; i++)
+                if (lone[i] != left * 1000 + step * 10 + i) failures++;
         }
         MPI_Request requests[2];
         MPI_Status statuses[2];

@@ -58,7 +58,23 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// Whether `other` is the same message, as `is` tells a post.
+    /// The message `call` posts.
+    pub fn of(call: &PointToPoint) -> Expected {
+        Expected {
+            kind: call.kind,
+            peer: call.peer,
+            tag: call.tag,
+            count: call.count,
+            bytes: (call.count * mpi::type_size(call.datatype)).max(0),
+            comm: Shared::new(call.comm),
+        }
+    }
+
+    /// Whether `other` is the same message. Its size in bytes stands for its count and
+    /// datatype: it is what matching and the peers see, while a datatype the application frees
+    /// and makes again between instances may come back with another handle on one rank only
+    /// (which would then post that instance natively while its peers wait in the collective).
+    /// The collective moves each post's own buffer, count and datatype.
     fn same(&self, other: &Expected) -> bool {
         self.kind == other.kind
             && self.peer == other.peer
@@ -67,17 +83,9 @@ impl Expected {
             && self.bytes == other.bytes
     }
 
-    /// Whether `call` posts this message. Its size in bytes stands for its count and datatype:
-    /// it is what matching and the peers see, while a datatype the application frees and makes
-    /// again between instances may come back with another handle on one rank only (which would
-    /// then post that instance natively while its peers wait in the collective). The
-    /// collective moves each post's own buffer, count and datatype.
+    /// Whether `call` posts this message.
     fn is(&self, call: &PointToPoint) -> bool {
-        self.kind == call.kind
-            && self.peer == call.peer
-            && self.tag == call.tag
-            && self.comm.get().bits() == call.comm.bits()
-            && self.bytes == (call.count * mpi::type_size(call.datatype)).max(0)
+        self.same(&Expected::of(call))
     }
 }
 
@@ -107,17 +115,17 @@ impl Schedule {
         }
     }
 
-    /// Whether `messages` (posting order, none to MPI_PROC_NULL) are the first of this episode's,
-    /// at least one and fewer than all.
-    pub fn continued_by(&self, messages: impl Iterator<Item = Expected>) -> bool {
-        let mut count = 0;
+    /// How many `messages` are (posting order, none to MPI_PROC_NULL), and how many this
+    /// episode has, when they are its first (at least one); None otherwise.
+    pub fn begun_by(&self, messages: impl Iterator<Item = Expected>) -> Option<(usize, usize)> {
+        let mut matched = 0;
         for m in messages {
-            match self.messages.get(count) {
-                Some(expected) if expected.same(&m) => count += 1,
-                _ => return false,
+            match self.messages.get(matched) {
+                Some(expected) if expected.same(&m) => matched += 1,
+                _ => return None,
             }
         }
-        count > 0 && count < self.messages.len()
+        (matched > 0).then_some((matched, self.messages.len()))
     }
 
     /// The communicator the messages belong to.

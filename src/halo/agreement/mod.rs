@@ -28,7 +28,9 @@ mod proposal;
 mod trial;
 
 pub use candidates::{closed, eligibility};
-pub use trial::{broken, chosen, sample, schedule_beginning_with, schedule_for, still_posting};
+pub use trial::{
+    broken, chosen, goes_on, sample, schedule_beginning_with, schedule_for, still_posting,
+};
 
 use std::any::Any;
 use std::collections::HashMap;

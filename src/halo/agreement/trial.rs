@@ -54,14 +54,33 @@ pub fn schedule_beginning_with(call: &PointToPoint) -> Option<Arc<Schedule>> {
 /// before posting the rest (MPI_Request_free of a send, which completes it for the application;
 /// or, in an instance that runs natively, a completion call) while its peers post the instance
 /// whole: closed there, it would be an instance that they count and this rank does not, and the
-/// next one would run the collective on one side only.
+/// next one would run the collective on one side only. `goes_on` then tells at the next post.
 pub fn still_posting(messages: impl Iterator<Item = Expected> + Clone) -> bool {
+    agreed_begins_with(messages, |matched, all| matched < all)
+}
+
+/// Whether `messages` (an episode still being posted, and its next post) go on with an agreed
+/// episode's: else the episode closes before that post, which begins another.
+pub fn goes_on(messages: impl Iterator<Item = Expected> + Clone) -> bool {
+    agreed_begins_with(messages, |_, _| true)
+}
+
+/// Whether the real ones of `messages` are the first of an agreed episode's (at least one), with
+/// `how_many` true of how many they are and how many it has.
+fn agreed_begins_with(
+    messages: impl Iterator<Item = Expected> + Clone,
+    how_many: impl Fn(usize, usize) -> bool,
+) -> bool {
     if USES.is_empty() {
         return false;
     }
     let real = messages.filter(|m| m.peer != mpi::proc_null());
-    USES.iter()
-        .any(|u| !u.freed && u.schedule.continued_by(real.clone()))
+    USES.iter().any(|u| {
+        !u.freed
+            && u.schedule
+                .begun_by(real.clone())
+                .is_some_and(|(matched, all)| how_many(matched, all))
+    })
 }
 
 thread_local! {
