@@ -10,8 +10,8 @@ default, bench/data/halo-rig-64k, is 64 KiB faces on `scripts/cluster up --hosts
 codelet's times (both runs pooled, the first 20 exchanges of each left out) and does what the
 library's halo tuner does with the default knobs: native until do no harm lets the search start
 (twice its first round: exchange 40), two rounds of blocks of 4 (--block; the first of each not measured)
-over the five codelets, the winner by the least estimate, each codelet's median plus the mean
-excess above their medians of the episodes of every codelet that bursts (all but `pairwise`,
+over the five codelets, the winner by the least estimate, each codelet's median less its own mean
+shortfall below it plus the mean excess above their medians of the episodes of every codelet that bursts (all but `pairwise`,
 `Sampler::estimates_sharing_tails`; "own tails": each codelet's mean), the self-check (a window of 16 after one unmeasured exchange: a
 winner more than 25 % over its estimate and slower than the runner-up's puts the runner-up on
 trial for a window; a runner-up faster by the minimum gain replaces it), then, with lead checks,
@@ -46,8 +46,8 @@ def load(directory):
 
 def estimates(episodes, shared):
     """Each codelet's estimate from its measured episodes: its mean, or with `shared` tails its
-    median plus the mean excess of the episodes of its kind (bursting or not) above their own
-    codelets' medians."""
+    median, less its own mean shortfall below it, plus the mean excess of the episodes of its
+    kind (bursting or not) above their own codelets' medians."""
     if not shared:
         return {c: statistics.mean(e) for c, e in episodes.items() if e}
     median = {c: statistics.median(e) for c, e in episodes.items() if e}
@@ -55,7 +55,10 @@ def estimates(episodes, shared):
     for kind in ({"pairwise"}, set(CODELETS) - {"pairwise"}):
         excess = [max(0.0, x - median[c]) for c in kind if c in median for x in episodes[c]]
         tail = statistics.mean(excess) if excess else 0.0
-        estimate.update({c: median[c] + tail for c in kind if c in median})
+        estimate.update({
+            c: median[c] - statistics.mean(max(0.0, median[c] - x) for x in episodes[c]) + tail
+            for c in kind if c in median
+        })
     return estimate
 
 

@@ -213,9 +213,9 @@ impl Sampler {
     /// This rank's estimate of every candidate, in the plan's order, where the candidates that
     /// `bursts` (those that post every message of an instance at once) share their tails: each
     /// candidate's median measured instance (from its start to its end: a halo episode's period
-    /// under `period` timing), plus the mean excess above their own medians of every measured
-    /// instance of the candidates of its kind, bursting or not (`stats::shared_tails`). The
-    /// error is the block samples' (`estimates`).
+    /// under `period` timing), less its own mean shortfall below it, plus the mean excess above
+    /// their own medians of every measured instance of the candidates of its kind, bursting or
+    /// not (`stats::shared_tails`). The error is the block samples' (`estimates`).
     ///
     /// On a network, what a burst of messages costs beyond its typical time is the network's
     /// answer to the burst (a shaped NIC's queue overflows and TCP retransmits), the same for
