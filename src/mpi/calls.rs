@@ -192,7 +192,7 @@ impl Allgatherv {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum PointToPointKind {
     Send,
     Recv,

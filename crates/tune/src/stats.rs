@@ -173,23 +173,26 @@ pub fn shared_tails(
             .find(|(c, _)| *c == codelet)
             .map_or(&[][..], |(_, v)| v.as_slice())
     };
-    let median = |xs: &[f64]| (!xs.is_empty()).then(|| quantile(&sorted(xs), 0.5));
     // Each codelet's instances within `STALL` of its median `m`: (m, sum of the excess above m,
     // sum of the shortfall below m, count).
-    let deviations = |c: usize| {
-        let xs = of(c);
-        let m = median(xs)?;
-        let kept = xs.iter().filter(|&&x| x <= STALL * m);
-        let (above, below, count) = kept.fold((0.0, 0.0, 0usize), |(a, b, n), &x| {
-            (a + (x - m).max(0.0), b + (m - x).max(0.0), n + 1)
-        });
-        Some((m, above, below, count))
-    };
+    let deviations: Vec<Option<(f64, f64, f64, usize)>> = codelets
+        .iter()
+        .map(|&c| {
+            let xs = of(c);
+            let m = (!xs.is_empty()).then(|| quantile(&sorted(xs), 0.5))?;
+            let kept = xs.iter().filter(|&&x| x <= STALL * m);
+            let (above, below, count) = kept.fold((0.0, 0.0, 0usize), |(a, b, n), &x| {
+                (a + (x - m).max(0.0), b + (m - x).max(0.0), n + 1)
+            });
+            Some((m, above, below, count))
+        })
+        .collect();
     let tail = |wanted: bool| {
         let (sum, count) = codelets
             .iter()
-            .filter(|&&c| kind(c) == wanted)
-            .filter_map(|&c| deviations(c))
+            .zip(&deviations)
+            .filter(|&(&c, _)| kind(c) == wanted)
+            .filter_map(|(_, d)| *d)
             .fold((0.0, 0usize), |(s, n), (_, above, _, count)| {
                 (s + above, n + count)
             });
@@ -198,8 +201,9 @@ pub fn shared_tails(
     let tails = [tail(false), tail(true)];
     codelets
         .iter()
-        .map(|&c| {
-            let (m, _, below, count) = deviations(c)?;
+        .zip(deviations)
+        .map(|(&c, d)| {
+            let (m, _, below, count) = d?;
             Some(m - below / count as f64 + tails[usize::from(kind(c))])
         })
         .collect()

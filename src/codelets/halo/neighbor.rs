@@ -52,7 +52,7 @@ pub struct Expected {
     pub tag: c_int,
     pub count: i64,
     /// The bytes it moves, from its post: the application may free the datatype after it. A
-    /// message is told by them, not by its datatype's handle (`Expected::is`).
+    /// message is told by them, not by its datatype's handle (`Expected::identity`).
     pub bytes: i64,
     pub comm: Shared<MPI_Comm>,
 }
@@ -70,22 +70,25 @@ impl Expected {
         }
     }
 
-    /// Whether `other` is the same message. Its size in bytes stands for its count and
-    /// datatype: it is what matching and the peers see, while a datatype the application frees
-    /// and makes again between instances may come back with another handle on one rank only
-    /// (which would then post that instance natively while its peers wait in the collective).
-    /// The collective moves each post's own buffer, count and datatype.
-    fn same(&self, other: &Expected) -> bool {
-        self.kind == other.kind
-            && self.peer == other.peer
-            && self.tag == other.tag
-            && self.comm.get().bits() == other.comm.get().bits()
-            && self.bytes == other.bytes
+    /// What tells the message from others: its kind, peer, tag, communicator and size in bytes.
+    /// The size stands for its count and datatype: it is what matching and the peers see, while
+    /// a datatype the application frees and makes again between instances may come back with
+    /// another handle on one rank only (which would then post that instance natively while its
+    /// peers wait in the collective). The collective moves each post's own buffer, count and
+    /// datatype. Instances are counted by it too (`agreement::candidates`).
+    pub fn identity(&self) -> (PointToPointKind, c_int, c_int, usize, i64) {
+        (
+            self.kind,
+            self.peer,
+            self.tag,
+            self.comm.get().bits(),
+            self.bytes,
+        )
     }
 
-    /// Whether `call` posts this message.
-    fn is(&self, call: &PointToPoint) -> bool {
-        self.same(&Expected::of(call))
+    /// Whether `other` is the same message (`identity`).
+    fn same(&self, other: &Expected) -> bool {
+        self.identity() == other.identity()
     }
 }
 
@@ -101,7 +104,9 @@ pub struct Schedule {
 impl Schedule {
     /// Whether an episode whose first post is `call` may be an instance of this one.
     pub fn begins_with(&self, call: &PointToPoint) -> bool {
-        self.messages.first().is_some_and(|m| m.is(call))
+        self.messages
+            .first()
+            .is_some_and(|m| m.same(&Expected::of(call)))
     }
 
     /// The agreed `messages` (posting order), each on block `blocks[i]` of the collective's sends
@@ -191,17 +196,18 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     let Some(mut h) = HOLDING.take() else {
         return (call.native(request), false);
     };
+    let message = Expected::of(call);
     let reported = Reported {
         source: call.peer,
         tag: call.tag,
         bytes: match call.kind {
-            PointToPointKind::Recv => call.count * mpi::type_size(call.datatype),
+            PointToPointKind::Recv => message.bytes,
             PointToPointKind::Send => 0,
         },
         error: mpi::SUCCESS,
     };
     let generalized = match h.schedule.messages.get(h.posted.len()) {
-        Some(expected) if expected.is(call) => Generalized::start(reported).ok(),
+        Some(expected) if expected.same(&message) => Generalized::start(reported).ok(),
         _ => None,
     };
     let Some(generalized) = generalized else {

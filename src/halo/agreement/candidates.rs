@@ -2,7 +2,7 @@
 //! messages may travel as one neighbourhood collective.
 
 use std::ffi::c_int;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use rustc_hash::{FxBuildHasher, FxHasher};
 
@@ -95,16 +95,10 @@ pub fn closed(
 }
 
 /// A hash of an episode's messages (those to MPI_PROC_NULL left out): what names its instances on
-/// this rank, whatever call completes them. A message counts by its bytes, not its count and
-/// datatype handle, as `Expected::is` tells a post of the agreed episode.
+/// this rank, whatever call completes them: their identities (`Expected::identity`), by which a
+/// post of the agreed episode is told too.
 fn messages_hash(messages: impl Iterator<Item = Expected>) -> u64 {
     let mut h = FxHasher::default();
-    for m in messages {
-        h.write_u8(m.kind as u8);
-        h.write_i32(m.peer);
-        h.write_i32(m.tag);
-        h.write_i64(m.bytes);
-        h.write_usize(m.comm.get().bits());
-    }
+    messages.for_each(|m| m.identity().hash(&mut h));
     h.finish()
 }
