@@ -174,6 +174,12 @@ fn f08_bindings_that_call_pmpi_hold_nothing_back_mpich() {
 /// library's persistent requests stayed non-null and listed as started, and Open MPI, which frees
 /// a failed one, gave its handle to the next receive, which the library then freed: a hang.
 /// MPICH's failed persistent request reported its failure to the handler a second time.
+/// Completed by the other calls (Waitany, Waitsome, Wait, Testall, Testsome, Testany, Test), a
+/// failed call left the library's persistent requests in the application's array (it knew
+/// which requests completed only from MPI_Waitall's statuses), where MPI_REQUEST_NULL belongs:
+/// the next MPI_Waitany found nothing to complete. And Open MPI's MPI_Testall and MPI_Testany
+/// returned MPI_SUCCESS over the library's failed persistent request, where over the
+/// application's own they fail: the failure reached neither the application nor its handler.
 fn packed_receive_error(flavour: Flavour) {
     tuned_then_forced(
         flavour,

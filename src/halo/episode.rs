@@ -257,11 +257,11 @@ pub fn is_open() -> bool {
 /// A completion call at `caller` finished `completed` of the requests that were `before`.
 pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
     TRACKER.with_borrow_mut(|t| {
-        if matches!(completed, Completed::Unknown(_)) {
+        if matches!(completed, Completed::Failed(_)) {
             t.reset();
             return;
         }
-        completed.each(before.len(), |i| t.finish(before[i]));
+        completed.each(before.len(), |i, _| t.finish(before[i]));
         if t.open == 0 && !t.ops.is_empty() {
             if agreement::still_posting(t.ops.iter().map(Posted::expected)) {
                 t.unclosed = Some(caller);

@@ -99,32 +99,77 @@ pub fn finish_pairwise_steps(
     pairwise::finish(statuses, steps, rc)
 }
 
-/// Which requests of the array given to a completion call have completed.
+/// Which requests of the array given to a completion call have completed, with the statuses MPI
+/// wrote for them (None: the application ignores them).
 pub enum Completed<'a> {
     Nothing,
-    All,
+    /// Waitall/Testall: a status per request.
+    All(Option<&'a [MPI_Status]>),
+    /// Wait/Test (index 0), Waitany/Testany.
+    Index(usize, Option<&'a MPI_Status>),
+    /// Waitsome/Testsome: the indices MPI wrote, and a status per index.
+    Indices(&'a [c_int], Option<&'a [MPI_Status]>),
+    /// The call failed: which requests it completed is what MPI wrote, if anything.
+    Failed(Failure<'a>),
+}
+
+/// What a failed completion call wrote about the requests it completed (failed or not).
+pub enum Failure<'a> {
+    /// Nothing: an argument error, or MPI_ERR_IN_STATUS with the statuses ignored.
+    Unknown,
+    /// MPI_ERR_IN_STATUS from Waitall/Testall: a status per request, MPI_ERR_PENDING where the
+    /// request neither failed nor completed.
+    Statuses(&'a [MPI_Status]),
+    /// Wait/Test (index 0), Waitany/Testany: the request that completed with the error returned.
     Index(usize),
-    /// Waitsome/Testsome: the indices MPI wrote.
+    /// MPI_ERR_IN_STATUS from Waitsome/Testsome: the indices of the requests it completed.
     Indices(&'a [c_int]),
-    /// The call failed: which requests completed is unknown, unless it returned
-    /// MPI_ERR_IN_STATUS with a status per request (MPI_Waitall), which says.
-    Unknown(Option<&'a [MPI_Status]>),
 }
 
 impl Completed<'_> {
-    /// Calls `f` with the position of every completed request of an array of `n`.
-    fn each(&self, n: usize, mut f: impl FnMut(usize)) {
+    /// Calls `f` with the position of every completed request of an array of `n`, and its status.
+    fn each(&self, n: usize, mut f: impl FnMut(usize, Option<&MPI_Status>)) {
         match *self {
-            Completed::Nothing | Completed::Unknown(_) => {}
-            Completed::All => (0..n).for_each(f),
-            Completed::Index(i) => f(i),
-            Completed::Indices(indices) => indices
-                .iter()
-                .filter_map(|&i| usize::try_from(i).ok())
-                .filter(|&i| i < n)
-                .for_each(f),
+            Completed::Nothing | Completed::Failed(_) => {}
+            Completed::All(statuses) => {
+                (0..n).for_each(|i| f(i, statuses.and_then(|s| s.get(i))));
+            }
+            Completed::Index(i, status) => f(i, status),
+            Completed::Indices(indices, statuses) => {
+                for (k, &i) in indices.iter().enumerate() {
+                    if let Some(i) = usize::try_from(i).ok().filter(|&i| i < n) {
+                        f(i, statuses.and_then(|s| s.get(k)));
+                    }
+                }
+            }
         }
     }
+}
+
+impl Failure<'_> {
+    /// Whether MPI says the failed call completed the request at position `i`.
+    fn completed(&self, i: usize) -> bool {
+        match *self {
+            Failure::Unknown => false,
+            Failure::Statuses(statuses) => statuses
+                .get(i)
+                .is_some_and(|s| mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING),
+            Failure::Index(index) => index == i,
+            Failure::Indices(indices) => indices.iter().any(|&k| usize::try_from(k) == Ok(i)),
+        }
+    }
+}
+
+/// Whether a completion call's statuses must be written and read: a persistent request of the
+/// library's may be among its requests, whose failure Open MPI reports in its status alone
+/// (`failed_in_status`).
+pub fn reads_statuses() -> bool {
+    persistent::any_started()
+}
+
+/// Whether `request` is a started persistent request of the library's.
+pub fn is_persistent_of_ours(request: MPI_Request) -> bool {
+    persistent::is_started(request.bits())
 }
 
 /// Whose request a position of a completion call's array held when the call began.
@@ -232,15 +277,18 @@ pub fn observe<'i>(
             }
         }
     }
-    let (rc, completed) = call(requests);
+    let (mut rc, completed) = call(requests);
+    if ours && rc == mpi::SUCCESS {
+        rc = failed_in_status(&completed, &before, &owners).unwrap_or(rc);
+    }
     if tracking {
         episode::completed(caller, &before, &completed);
     }
-    if let (true, Completed::Unknown(statuses)) = (ours || packed, &completed) {
-        failed(requests, &before, &owners, *statuses);
+    if let (true, Completed::Failed(failure)) = (ours || packed, &completed) {
+        failed(requests, &before, &owners, failure);
     }
     if ours || packed {
-        completed.each(requests.len(), |i| match owners[i] {
+        completed.each(requests.len(), |i, _| match owners[i] {
             Owner::Application => {}
             Owner::Persistent => {
                 persistent::completed(before[i]);
@@ -253,21 +301,44 @@ pub fn observe<'i>(
     rc
 }
 
-/// After a completion call over `requests` failed (`before` it, of `owners`; `statuses`, where MPI
-/// wrote one per request with MPI_ERR_IN_STATUS): MPI freed the application's requests it
-/// completed, failed or not, and left the others pending. A packed receive that completed is
+/// The code a completion call that returned MPI_SUCCESS returns instead, when it completed a
+/// persistent request of the library's whose status says it failed (`before` the call, of
+/// `owners`): Open MPI returns MPI_SUCCESS over a failed persistent request (from Testall and
+/// Testany always, from Waitall sometimes) and says so in its status alone, where the
+/// application's own request, which it stands for, fails the call and reaches the error handler.
+/// So it does: the request's error from a call that completes one, MPI_ERR_IN_STATUS from one
+/// that completes several. The statuses' error fields started as MPI_SUCCESS
+/// (`interpose::completion`).
+fn failed_in_status(completed: &Completed, before: &[usize], owners: &[Owner]) -> Option<c_int> {
+    let mut failure = None;
+    completed.each(owners.len(), |i, status| {
+        if failure.is_none()
+            && matches!(owners[i], Owner::Persistent)
+            && let Some(status) = status
+            && status.MPI_ERROR != mpi::SUCCESS
+        {
+            failure = persistent::comm_of(before[i]).map(|comm| (comm, status.MPI_ERROR));
+        }
+    });
+    let (comm, error) = failure?;
+    let rc = match completed {
+        Completed::Index(..) => error,
+        _ => mpi::ERR_IN_STATUS,
+    };
+    mpi::call_errhandler(comm, rc);
+    Some(rc)
+}
+
+/// After a completion call over `requests` failed (`before` it, of `owners`; `failure`, what MPI
+/// wrote about the requests it completed): MPI freed the application's requests it completed,
+/// failed or not, and left the others pending. A packed receive that completed is
 /// unpacked now, and its entry goes: MPI may give its handle to a later message. A persistent
 /// request of the library's whose handle MPI nulled (it freed it) is forgotten, lest the library
-/// free or start it once MPI has given the handle to another request; one the statuses say
-/// completed is handed back as MPI_REQUEST_NULL, as the application's own would be. Without
-/// statuses the others stay as MPI left them: the application's next completion call over them
+/// free or start it once MPI has given the handle to another request; one MPI says it
+/// completed is handed back as MPI_REQUEST_NULL, as the application's own would be. Where MPI
+/// wrote nothing the others stay as MPI left them: the application's next completion call over them
 /// returns at once, where settling them now could lose the status of one still pending.
-fn failed(
-    requests: &mut [MPI_Request],
-    before: &[usize],
-    owners: &[Owner],
-    statuses: Option<&[MPI_Status]>,
-) {
+fn failed(requests: &mut [MPI_Request], before: &[usize], owners: &[Owner], failure: &Failure) {
     let null = mpi::request_null().bits();
     for (i, owner) in owners.iter().enumerate() {
         match *owner {
@@ -282,10 +353,7 @@ fn failed(
                     persistent::freed_by_mpi(before[i]);
                     continue;
                 }
-                let done = statuses
-                    .and_then(|s| s.get(i))
-                    .is_some_and(|s| mpi::error_class(s.MPI_ERROR) != mpi::ERR_PENDING);
-                if done
+                if failure.completed(i)
                     && let Some(comm) = persistent::comm_of(before[i])
                     // A failed request reports its failure again (MPICH), which the
                     // application's handler has had.

@@ -33,6 +33,8 @@ pub const SUCCESS: c_int = ffi::MPI_SUCCESS as c_int;
 pub const ERR_REQUEST: c_int = ffi::MPI_ERR_REQUEST as c_int;
 /// A completion call over several requests failed for some: their statuses say which.
 pub const ERR_IN_STATUS: c_int = ffi::MPI_ERR_IN_STATUS as c_int;
+/// An index or count that names no request (Waitany's index when every request is null).
+pub const UNDEFINED: c_int = ffi::MPI_UNDEFINED as c_int;
 /// In a status after MPI_ERR_IN_STATUS: the request neither failed nor completed.
 pub const ERR_PENDING: c_int = ffi::MPI_ERR_PENDING as c_int;
 
