@@ -159,6 +159,61 @@ fn threads_in_turn_mpich() {
     threaded_halos(Mpich, 2, "serialized");
 }
 
+/// A halo exchange posted by the main thread and completed by another, which calls MPI_Waitall
+/// while the main thread waits for it (tests/programs/threads_handover.c, MPI_THREAD_SERIALIZED).
+/// With `neighbor` forced the ranks agree on the exchange from the instances the main thread
+/// completes; an instance held for the collective then waited for the next MPI call of the
+/// thread that posted it, while the other thread's MPI_Waitall waited for the collective: a
+/// hang. With the hold process-wide, 1 run in 30 still hung under load: each thread tracked its
+/// own episodes, so the main thread's stayed open after a handed-over instance until MPI gave
+/// one of its handles to a new request, at a different point on each rank, and the ranks counted
+/// the agreed instances differently. One thread at a time being inside MPI, the process's calls
+/// are now one stream: every exchange closes an episode, whichever thread completed it. The
+/// codelets that hold posts back and tuning with `neighbor` tried must complete it too.
+fn an_exchange_completed_by_another_thread(flavour: Flavour) {
+    let dir = scratch(&format!("halo-threads-handover-{}", flavour.name()));
+    let program = compile(flavour, "threads_handover.c", &dir);
+    for (knob, value) in [
+        ("COMMTUNE_FORCE", "halo=neighbor"),
+        ("COMMTUNE_FORCE", "halo=irecv_first"),
+        ("COMMTUNE_FORCE", "halo=pairwise"),
+        ("COMMTUNE_HALO_NEIGHBOR", "on"),
+    ] {
+        let job = run(flavour, 2, &program, &dir)
+            .env("COMMTUNE_MODE", "tune")
+            .env(knob, value)
+            .go();
+        assert!(
+            job.output.status.success()
+                && job.stdout().contains("threads_handover: results correct"),
+            "{knob}={value}:\n{}\n{}",
+            job.stdout(),
+            job.stderr()
+        );
+        let report = job.report();
+        let episodes: u64 = sites(&report)
+            .iter()
+            .filter(|s| s["op"] == "halo")
+            .filter_map(|s| s["calls"].as_u64())
+            .sum();
+        assert_eq!(episodes, 300, "{knob}={value}: {report:#}");
+        if let Some(codelet) = value.strip_prefix("halo=") {
+            let ran = codelet_episodes(&report, codelet);
+            assert!(ran > 0, "{codelet} never ran: {report:#}");
+        }
+    }
+}
+
+#[test]
+fn an_exchange_completed_by_another_thread_openmpi() {
+    an_exchange_completed_by_another_thread(OpenMpi);
+}
+
+#[test]
+fn an_exchange_completed_by_another_thread_mpich() {
+    an_exchange_completed_by_another_thread(Mpich);
+}
+
 /// Two threads of rank 0 send on one channel in an order the program sets, the first within an
 /// episode whose codelet holds its send back (tests/programs/threads_channel_order.c): the second
 /// thread's send overtook the held one, and rank 1 received them swapped, with `irecv_first`

@@ -4,8 +4,11 @@
 //!
 //! Every completion call reports which of the tracked requests it finished, so episodes close
 //! however the application completes them (Waitall, Waits one by one, Waitany, Test loops,
-//! Request_free). Requests completed where the library cannot see them (another thread) leave the
-//! episode open until the handle is reused or the size bound is hit; the episode is then dropped.
+//! Request_free). Below MPI_THREAD_MULTIPLE one thread at a time is inside MPI, so the process's
+//! calls are one stream, tracked as in a single-threaded program whichever threads make them: a
+//! thread the program hands its requests to closes their episode. Under MPI_THREAD_MULTIPLE each
+//! thread's calls are a stream of their own; requests another thread completes leave the episode
+//! open until the handle is reused or the size bound is hit, and the episode is then dropped.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,7 +16,8 @@ use std::ffi::c_int;
 use std::fmt::Write;
 use std::hash::Hasher;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::thread::LocalKey;
 
 use commtune_history::halo::Episode;
 use commtune_report::Op;
@@ -43,12 +47,12 @@ struct Posted {
     peer: c_int,
     tag: c_int,
     count: i64,
-    datatype: mpi::MPI_Datatype,
+    datatype: Shared<mpi::MPI_Datatype>,
     /// The datatype's size, and whether it is derived (the application may free it before the
     /// episode closes: `Tracker::types_freed`).
     type_size: i64,
     derived: bool,
-    comm: mpi::MPI_Comm,
+    comm: Shared<mpi::MPI_Comm>,
     /// The halo codelet that posted it, and whether it posted it differently from native.
     codelet: usize,
     changed: bool,
@@ -90,10 +94,39 @@ struct Tracker {
 /// First posts remembered per thread at most.
 const MAX_PREDICTIONS: usize = 4096;
 
+/// The last episode that started with each first post.
+type Predictions = HashMap<u64, Prediction, FxBuildHasher>;
+
 thread_local! {
-    static TRACKER: RefCell<Tracker> = RefCell::default();
-    /// The last episode that started with each first post.
-    static PREDICTIONS: RefCell<HashMap<u64, Prediction, FxBuildHasher>> = RefCell::default();
+    /// Each thread's own stream (MPI_THREAD_MULTIPLE).
+    static OWN_TRACKER: RefCell<Tracker> = RefCell::default();
+    static OWN_PREDICTIONS: RefCell<Predictions> = RefCell::default();
+}
+
+/// The process's stream (below MPI_THREAD_MULTIPLE).
+static TRACKER: LazyLock<Mutex<Tracker>> = LazyLock::new(Mutex::default);
+static PREDICTIONS: LazyLock<Mutex<Predictions>> = LazyLock::new(Mutex::default);
+
+/// Runs `f` on the calling thread's stream's `own` or `shared` state (see the module's doc).
+/// Never held across an MPI call of the application's, which would come back to it.
+fn stream<T, R>(
+    own: &'static LocalKey<RefCell<T>>,
+    shared: &'static Mutex<T>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    if runtime::process().is_some_and(|p| p.threads_at_once) {
+        own.with_borrow_mut(f)
+    } else {
+        f(&mut shared.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+fn tracker<R>(f: impl FnOnce(&mut Tracker) -> R) -> R {
+    stream(&OWN_TRACKER, &TRACKER, f)
+}
+
+fn predictions<R>(f: impl FnOnce(&mut Predictions) -> R) -> R {
+    stream(&OWN_PREDICTIONS, &PREDICTIONS, f)
 }
 
 /// What the last episode that started with a first post was.
@@ -109,7 +142,7 @@ struct Prediction {
 /// the episode keeps it.
 pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
     let real = call.peer != mpi::proc_null();
-    let (codelet, first) = TRACKER.with_borrow_mut(|t| {
+    let (codelet, first) = tracker(|t| {
         if let Some(site) = t.unclosed.take() {
             let posted = t.ops.iter().map(Posted::expected);
             if !agreement::goes_on(posted.chain([Expected::of(call)])) {
@@ -124,7 +157,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         t.before_real = !real;
         t.first = first_post(caller, call);
         // Taken, not copied: the class goes back when the episode closes.
-        let prediction = PREDICTIONS.with_borrow_mut(|p| p.remove(&t.first));
+        let prediction = predictions(|p| p.remove(&t.first));
         t.predicted = prediction.as_ref().map(|p| p.entry);
         t.expected_recvs = prediction.as_ref().map(|p| p.recvs);
         t.predicted_class = prediction.and_then(|p| p.class);
@@ -159,7 +192,7 @@ pub fn codelet(caller: usize, call: &PointToPoint) -> usize {
         },
     };
     neighbor::begins(schedule, broken);
-    TRACKER.with_borrow_mut(|t| t.codelet = NEIGHBOR);
+    tracker(|t| t.codelet = NEIGHBOR);
     NEIGHBOR
 }
 
@@ -185,7 +218,7 @@ static EPISODES_PER_SITE: LazyLock<DashMap<SiteRef, u32, FxBuildHasher>> =
 /// An Isend or Irecv was posted successfully by halo codelet `codelet` (`changed`: other than
 /// native would have).
 pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed: bool) {
-    TRACKER.with_borrow_mut(|t| {
+    tracker(|t| {
         let request = request.bits();
         // A handle that is reused was completed where we could not see it.
         if let Some(stale) = t.ops.iter_mut().find(|o| o.request == request && !o.done) {
@@ -218,10 +251,10 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
             peer: call.peer,
             tag: call.tag,
             count: call.count,
-            datatype: call.datatype,
+            datatype: Shared::new(call.datatype),
             type_size,
             derived,
-            comm: call.comm,
+            comm: Shared::new(call.comm),
             codelet,
             changed,
         });
@@ -232,31 +265,33 @@ pub fn posted(call: &PointToPoint, request: MPI_Request, codelet: usize, changed
 /// Whether the episode in progress is predicted to post more receives than it has so far (None:
 /// no prediction).
 pub fn receives_outstanding() -> Option<bool> {
-    TRACKER.with_borrow(|t| t.expected_recvs.map(|expected| t.recvs < expected))
+    tracker(|t| t.expected_recvs.map(|expected| t.recvs < expected))
 }
 
 /// Another MPI call came while this thread's episode watches (`deferred`): an episode with one
 /// between its posts cannot run as `neighbor`, whose posts must all come before any other call.
 pub fn interrupted() {
-    TRACKER.with(|t| {
-        // Never borrowed across an MPI call; if it were, the call is the tracker's own.
-        if let Ok(mut t) = t.try_borrow_mut()
-            && t.watching
-            && t.interrupted_at.is_none()
-        {
+    let interrupt = |t: &mut Tracker| {
+        if t.watching && t.interrupted_at.is_none() {
             t.interrupted_at = Some(t.ops.len());
         }
-    });
+    };
+    // Never held across an MPI call; if it were, the call is the tracker's own.
+    if runtime::process().is_some_and(|p| p.threads_at_once) {
+        OWN_TRACKER.with(|t| t.try_borrow_mut().map(|mut t| interrupt(&mut t)).ok());
+    } else if let Ok(mut t) = TRACKER.try_lock() {
+        interrupt(&mut t);
+    }
 }
 
 /// Whether this thread has an episode in progress (whose requests completion calls may finish).
 pub fn is_open() -> bool {
-    TRACKER.with_borrow(|t| t.open > 0 || t.unclosed.is_some())
+    tracker(|t| t.open > 0 || t.unclosed.is_some())
 }
 
 /// A completion call at `caller` finished `completed` of the requests that were `before`.
 pub fn completed(caller: usize, before: &[usize], completed: &Completed) {
-    TRACKER.with_borrow_mut(|t| {
+    tracker(|t| {
         if matches!(completed, Completed::Failed(_)) {
             t.reset();
             return;
@@ -281,7 +316,7 @@ impl Posted {
     /// Its datatype's name, read only while the datatype may be (`alive`: see `Tracker`).
     fn type_name(&self, alive: bool) -> String {
         if alive || !self.derived {
-            mpi::type_name(self.datatype)
+            mpi::type_name(self.datatype.get())
         } else {
             format!("derived({} bytes)", self.type_size)
         }
@@ -294,7 +329,7 @@ impl Posted {
             tag: self.tag,
             count: self.count,
             bytes: self.bytes() as i64,
-            comm: Shared::new(self.comm),
+            comm: self.comm,
         }
     }
 }
@@ -330,8 +365,8 @@ impl Tracker {
             signature.write_i32(op.peer);
             signature.write_i32(op.tag);
             signature.write_i64(op.count);
-            signature.write_usize(op.datatype.bits());
-            signature.write_usize(op.comm.bits());
+            signature.write_usize(op.datatype.get().bits());
+            signature.write_usize(op.comm.get().bits());
         }
         let key = CallKey {
             caller,
@@ -417,7 +452,7 @@ impl Tracker {
             class,
             recvs: self.recvs,
         };
-        PREDICTIONS.with_borrow_mut(|p| {
+        predictions(|p| {
             if p.len() >= MAX_PREDICTIONS {
                 p.clear();
             }
@@ -429,7 +464,7 @@ impl Tracker {
 
 /// The communicator handles of an episode's messages, each once.
 fn handles(ops: &[Posted]) -> Vec<usize> {
-    let mut handles: Vec<usize> = ops.iter().map(|op| op.comm.bits()).collect();
+    let mut handles: Vec<usize> = ops.iter().map(|op| op.comm.get().bits()).collect();
     handles.sort_unstable();
     handles.dedup();
     handles
@@ -441,11 +476,11 @@ fn communicators(ops: &[Posted]) -> u64 {
     let mut h = FxHasher::default();
     let mut last = None;
     for op in ops {
-        let bits = op.comm.bits();
+        let bits = op.comm.get().bits();
         // Consecutive messages mostly share their communicator: one lookup for them.
         if last != Some(bits) {
             last = Some(bits);
-            h.write_u64(comms::of(op.comm).epoch.load(Ordering::Relaxed));
+            h.write_u64(comms::of(op.comm.get()).epoch.load(Ordering::Relaxed));
         }
     }
     h.finish()
@@ -460,11 +495,15 @@ fn identity(ops: &[Posted], bytes: u64) -> Episode {
     let mut place: Option<(usize, c_int, c_int)> = None;
     let mut messages = Vec::with_capacity(ops.len());
     for op in ops {
-        let bits = op.comm.bits();
+        let bits = op.comm.get().bits();
         // Consecutive messages mostly share their communicator: one query for them.
         let (_, me, members) = match place {
             Some(known) if known.0 == bits => known,
-            _ => *place.insert((bits, mpi::comm_rank(op.comm), mpi::comm_size(op.comm))),
+            _ => *place.insert((
+                bits,
+                mpi::comm_rank(op.comm.get()),
+                mpi::comm_size(op.comm.get()),
+            )),
         };
         let peer = if (0..members).contains(&op.peer) {
             (op.peer - me).rem_euclid(members) as u32
@@ -533,7 +572,7 @@ fn limits(ops: &[Posted], alive: bool) -> Vec<String> {
         notes.push(format!("halo codelet irecv_first changes nothing: {why}"));
     }
     let contiguous = |o: &&Posted| {
-        (alive || !o.derived) && Layout::of(o.datatype).is_ok_and(|l| l.is_contiguous())
+        (alive || !o.derived) && Layout::of(o.datatype.get()).is_ok_and(|l| l.is_contiguous())
     };
     if real.iter().all(contiguous) {
         notes.push("halo codelet pack: every datatype is contiguous (nothing to pack)".into());

@@ -215,6 +215,10 @@ pub struct PointToPoint {
     pub large: bool,
 }
 
+// SAFETY: its buffer and handles are the application's, which MPI lets any thread pass to MPI: a
+// held post is posted by whichever thread makes the next MPI call (MPI_THREAD_SERIALIZED).
+unsafe impl Send for PointToPoint {}
+
 impl PointToPoint {
     /// Posts the message as MPI_Isend/MPI_Irecv would, the new handle in `request`.
     pub fn native(&self, request: &mut MPI_Request) -> c_int {

@@ -18,18 +18,18 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use super::persistent::{self, Reserved};
 
-/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, or while a thread
-/// posts an episode the ranks may agree to run as `neighbor`. Bit 0: `DEFERRED` holds operations;
-/// bits 1-15 count the threads holding a `neighbor` instance's posts (in steps of 2); the bits
-/// above count the threads whose episode in progress watches for other MPI calls
-/// (`halo::episode`).
+/// Read by the C wrappers (shim/commtune.h): nonzero while operations wait, or while an episode
+/// the ranks may agree to run as `neighbor` is posted. Bit 0: `DEFERRED` holds operations; bit 1:
+/// a `neighbor` instance's posts are held; the bits from 16 on count the episodes in progress
+/// that watch for other MPI calls (`halo::episode`: the process's one, or under
+/// MPI_THREAD_MULTIPLE each thread's).
 #[unsafe(no_mangle)]
 pub static commtune_deferred_pending: AtomicI32 = AtomicI32::new(0);
 const LISTED: i32 = 1;
 const NEIGHBOR_HOLDER: i32 = 2;
 const WATCHER: i32 = 1 << 16;
 
-/// This thread's episode in progress watches for other MPI calls between its posts.
+/// An episode in progress watches for other MPI calls between its posts.
 pub fn watch_begins() {
     commtune_deferred_pending.fetch_add(WATCHER, Ordering::Release);
 }
@@ -39,12 +39,12 @@ pub fn watch_ends() {
     commtune_deferred_pending.fetch_sub(WATCHER, Ordering::Release);
 }
 
-/// This thread holds a `neighbor` instance's posts.
+/// A `neighbor` instance's posts are held.
 pub fn neighbor_holds() {
     commtune_deferred_pending.fetch_add(NEIGHBOR_HOLDER, Ordering::Release);
 }
 
-/// This thread no longer holds them.
+/// They no longer are.
 pub fn neighbor_released() {
     commtune_deferred_pending.fetch_sub(NEIGHBOR_HOLDER, Ordering::Release);
 }

@@ -6,17 +6,16 @@
 //! Unlike the other halo codelets this one changes which messages match: a rank running it talks
 //! only to peers running it for the same instance. So it runs only on instances every rank of the
 //! communicator agreed to (`halo::agreement`), and each rank holds its posts until the episode's last
-//! message is posted and its next MPI call (the completion, usually) comes, then starts the
-//! collective. An episode whose posts go on otherwise is not an instance of the agreed one but
+//! message is posted and its next MPI call (the completion, usually), from any thread, comes, then
+//! starts the collective. An episode whose posts go on otherwise is not an instance of the agreed one but
 //! another that began alike on this rank: its messages go natively. A rank that makes another MPI
 //! call before posting all of an instance it took for the agreed one cannot keep the agreement: it
 //! posts what it holds natively and says so in the report (peers that started the collective wait
 //! for it; see the requirements).
 
-use std::cell::RefCell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::HaloRequirement::{
     Agreed, AskedFor, EveryCallVisible, IntCount, MatchingSizes, NoWildcards, OneIntracommunicator,
@@ -153,7 +152,7 @@ struct Holding {
 }
 
 /// What the agreement is told when an instance cannot run as agreed: its reason.
-pub type Broken = Box<dyn FnOnce(&'static str)>;
+pub type Broken = Box<dyn FnOnce(&'static str) + Send>;
 
 /// A request of the library's whose completion completes the application's requests.
 struct Carrier {
@@ -166,8 +165,16 @@ struct Carrier {
     native: bool,
 }
 
-thread_local! {
-    static HOLDING: RefCell<Option<Holding>> = const { RefCell::new(None) };
+/// The instance being posted. Process-wide, as the hold list is (`deferred`): the next MPI call
+/// starts it whichever thread makes it, a thread the program handed the requests to
+/// (MPI_THREAD_SERIALIZED) included, which would otherwise wait for a collective nobody starts.
+/// One thread at a time uses it: `neighbor` never runs under MPI_THREAD_MULTIPLE.
+static HOLDING: Mutex<Option<Holding>> = Mutex::new(None);
+
+/// The instance being posted, if any. The lock is never held across an MPI call: an error
+/// handler may call MPI, which flushes.
+fn holding() -> MutexGuard<'static, Option<Holding>> {
+    HOLDING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 static CARRIERS: Mutex<Vec<Carrier>> = Mutex::new(Vec::new());
@@ -178,11 +185,11 @@ static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// cannot keep the agreement.
 pub fn begins(schedule: Arc<Schedule>, broken: Broken) {
     flush();
-    HOLDING.set(Some(Holding {
+    *holding() = Some(Holding {
         posted: Vec::with_capacity(schedule.messages.len()),
         schedule,
         broken,
-    }));
+    });
     deferred::neighbor_holds();
 }
 
@@ -192,8 +199,9 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     if call.peer == mpi::proc_null() {
         return (call.native(request), true);
     }
-    // Out of the cell while MPI runs: an error handler may call MPI, which flushes.
-    let Some(mut h) = HOLDING.take() else {
+    // Out of the lock while MPI runs.
+    let held = holding().take();
+    let Some(mut h) = held else {
         return (call.native(request), false);
     };
     let message = Expected::of(call);
@@ -220,7 +228,7 @@ pub fn post(call: &PointToPoint, request: &mut MPI_Request) -> (c_int, bool) {
     };
     *request = generalized.handle();
     h.posted.push((*call, generalized));
-    HOLDING.set(Some(h));
+    *holding() = Some(h);
     (mpi::SUCCESS, true)
 }
 
@@ -294,15 +302,15 @@ fn post_natively(posted: Vec<(PointToPoint, Generalized)>) {
 /// cannot block, so an instance being posted keeps being held.
 pub fn adopt(request: MPI_Request) -> bool {
     let bits = request.bits();
-    HOLDING.with_borrow_mut(|h| {
-        h.as_mut()
-            .is_some_and(|h| mark_adopted(h.posted.iter_mut().map(|(_, g)| g), bits))
-    }) || (IN_FLIGHT.load(Ordering::Acquire) > 0
-        && CARRIERS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-            .any(|c| mark_adopted(c.members.iter_mut(), bits)))
+    holding()
+        .as_mut()
+        .is_some_and(|h| mark_adopted(h.posted.iter_mut().map(|(_, g)| g), bits))
+        || (IN_FLIGHT.load(Ordering::Acquire) > 0
+            && CARRIERS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter_mut()
+                .any(|c| mark_adopted(c.members.iter_mut(), bits)))
 }
 
 fn mark_adopted<'a>(mut members: impl Iterator<Item = &'a mut Generalized>, bits: usize) -> bool {
@@ -317,7 +325,8 @@ fn mark_adopted<'a>(mut members: impl Iterator<Item = &'a mut Generalized>, bits
 /// one (whose posts began alike on this rank) finds out at the post that follows, before it has
 /// started a collective its peers will never join.
 pub fn flush() {
-    if let Some(h) = HOLDING.take() {
+    let held = holding().take();
+    if let Some(h) = held {
         if h.posted.len() == h.schedule.messages.len() {
             start(h);
         } else {
