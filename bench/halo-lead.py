@@ -16,8 +16,9 @@ shortfall below it plus the mean excess above their medians of the episodes of e
 winner more than 25 % over its estimate and slower than the runner-up's puts the runner-up on
 trial for a window; a runner-up faster by the minimum gain replaces it), then, with lead checks,
 a window of 32 of the winner after which the codelet with the least latest time runs if it is
-more than 25 % faster (`check::Lead`). It prints each variant's time over the time of the codelet with the least mean,
-averaged over the runs, and at the 90th percentile. What it leaves out: ranks (every exchange is
+more than 25 % faster (`check::Lead`; a window leaves out episodes beyond 50 times its median,
+`check::LeadWindow`). It prints each variant's time over the time of the codelet with the least
+mean, averaged over the runs, and at the 90th percentile. What it leaves out: ranks (every exchange is
 one draw, as if all ranks ran the same codelet), the search's second round cut (no codelet here
 is twice the leader's), and the drift checks.
 """
@@ -30,6 +31,7 @@ import statistics
 CODELETS = ["native", "pairwise", "pack", "persistent", "irecv_first"]
 MIN_GAIN = 0.02
 MARGIN = 0.25
+STALL = 50.0
 
 
 def load(directory):
@@ -66,6 +68,15 @@ def mean_of(episodes):
     return statistics.mean(episodes) if episodes else None
 
 
+def lead_mean(episodes):
+    """A lead check's window: its mean, episodes beyond STALL times its median left out
+    (`check::LeadWindow`)."""
+    if not episodes:
+        return None
+    median = sorted(episodes)[len(episodes) // 2]
+    return statistics.mean(x for x in episodes if x <= STALL * median)
+
+
 def replay(times, exchanges, lead, shared, rng, rounds=2, block=4, window=16, lead_window=32):
     clock = 0.0
     done = 0
@@ -99,7 +110,7 @@ def replay(times, exchanges, lead, shared, rng, rounds=2, block=4, window=16, le
                     winner = runner_up
     switched = True
     while lead and done < exchanges:
-        realised = mean_of(run(winner, lead_window + 1 if switched else lead_window))
+        realised = lead_mean(run(winner, lead_window + 1 if switched else lead_window))
         if realised is None:
             break
         latest[winner] = realised

@@ -836,6 +836,33 @@ fn a_lead_check_replaces_the_halo_winner_mpich() {
     a_lead_check_replaces_the_halo_winner(Mpich, "halo-lead-mpich");
 }
 
+/// Native (no delay) wins the search over the others (8 ms), and one of its episodes, the 60th,
+/// stalls for 1 s, as when another job preempts the rank: the lead check's window (16 episodes,
+/// COMMTUNE_DRIFT_INTERVAL 16) leaves that episode out, beyond 50 times its median, and native
+/// stays. With it in, the window's mean (about 60 ms) made native look slower than every other
+/// codelet's estimate, and the rank ran another codelet to the end (native's latest time stayed
+/// that window's). One rank, as in `self_check_reopens`.
+fn a_preempted_episode_leaves_the_lead_window(flavour: Flavour, name: &str) {
+    let delays = "halo:native=1s@60..61,halo:pairwise=8ms,halo:persistent=8ms,\
+                  halo:pack=8ms,halo:irecv_first=8ms";
+    let t = tuned_alone(flavour, name, delays, &[DRIFT_EVERY_16], "100");
+    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
+    let decisions = events(&t, "decision");
+    assert_eq!(decisions.len(), 1, "the search's alone: {t:#}");
+    assert_eq!(decisions[0]["winner"], "native", "{t:#}");
+    assert_eq!(t["winner"], "native", "{t:#}");
+}
+
+#[test]
+fn a_preempted_episode_leaves_the_lead_window_openmpi() {
+    a_preempted_episode_leaves_the_lead_window(OpenMpi, "halo-lead-preempted-openmpi");
+}
+
+#[test]
+fn a_preempted_episode_leaves_the_lead_window_mpich() {
+    a_preempted_episode_leaves_the_lead_window(Mpich, "halo-lead-preempted-mpich");
+}
+
 /// The self-check replaces pairwise with native, as in
 /// `a_runner_up_that_holds_its_estimate_replaces_the_halo_winner` (native 10 ms, pairwise 40 ms
 /// from episode 14, settled on native at about episode 30); native then takes 30 ms from episode

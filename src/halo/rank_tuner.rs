@@ -63,7 +63,7 @@ use rustc_hash::{FxBuildHasher, FxHasher};
 use super::agreement;
 use super::history::{self, Decided};
 use commtune_report::PredictionTrial;
-use commtune_tune::check::{self, Drift, Judgement, Lead, Prediction, Span, Verdict};
+use commtune_tune::check::{self, Drift, Judgement, Lead, LeadWindow, Prediction, Span, Verdict};
 use commtune_tune::report::{Progress, Stage, not_worth_reason, warmup_reason};
 use commtune_tune::sampling::{self, Sampler, Turn};
 use commtune_tune::timeline::{Mark, Timeline};
@@ -181,7 +181,7 @@ struct Production {
     /// The lead checks after the self-check (`check::Lead`), the window being measured, whether
     /// one of them chose the winner, and its latest window's time since.
     lead: Lead,
-    lead_window: Span,
+    lead_window: LeadWindow,
     led: bool,
     led_realised: Option<f64>,
 }
@@ -414,6 +414,13 @@ impl Instance {
                 .map(|(at, _)| at),
             Timing::Local | Timing::Barrier => Some(self.now.saturating_sub(self.ticks)),
         }
+    }
+
+    /// The instance's time, timed with `timing`, if it ran `running` and `timing` can time it
+    /// (period: after an instance of the same codelet).
+    fn time(&self, running: usize, timing: Timing) -> Option<u64> {
+        let start = self.start(timing).filter(|_| self.ran == running)?;
+        Some(self.now.saturating_sub(start))
     }
 
     /// Adds the instance to `span`, a measurement of `running` timed with `timing`. Returns
@@ -686,7 +693,7 @@ impl Production {
             span: Span::default(),
             drift: Drift::default(),
             lead,
-            lead_window: Span::default(),
+            lead_window: LeadWindow::default(),
             led: false,
             led_realised: None,
         }
@@ -751,16 +758,19 @@ impl Production {
             return None;
         }
         let after_switch = instance.previous.is_none_or(|(_, c)| c != instance.ran);
-        if after_switch || !instance.extend(&mut self.lead_window, self.winner, timing) {
-            self.lead_window = Span::default();
-            return None;
+        match instance.time(self.winner, timing) {
+            Some(ticks) if !after_switch => self.lead_window.add(ticks),
+            _ => {
+                self.lead_window.clear();
+                return None;
+            }
         }
         let interval = runtime::config().halo_tuning.drift_interval;
-        if self.lead_window.instances < check::LEAD_WINDOWS * check::window(interval) {
+        if self.lead_window.instances() < check::LEAD_WINDOWS * check::window(interval) {
             return None;
         }
-        let realised = self.lead_window.realised(timing, instance.now);
-        self.lead_window = Span::default();
+        let realised = self.lead_window.realised();
+        self.lead_window.clear();
         let Some(next) = self.lead.follow(self.winner, realised) else {
             self.led_realised = self.led.then_some(realised);
             return None;

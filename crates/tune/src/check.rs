@@ -7,6 +7,7 @@
 use commtune_report::SelfCheck;
 
 use crate::settings::Timing;
+use crate::stats::STALL;
 use crate::timeline::Mark;
 use crate::trial::{Around, Window, beaten};
 
@@ -542,6 +543,45 @@ fn beyond_margin(realised: f64, predicted: f64) -> bool {
 /// probability 0.95, the self-check's 16 with 0.75, a search's two blocks of 7 with 0.73.
 pub const LEAD_WINDOWS: u64 = 2;
 
+/// The window of a halo decision's lead check: each instance's time, timed as the decision was
+/// (`period`: since the class's previous completion). An instance beyond `STALL` times the
+/// window's median stalled for the machine (a rank preempted by another job) and is left out, as
+/// a search leaves it out: one lost time slice in a window of short episodes (1 ms among 64
+/// self-exchanges of 0.35 us, on one rank alone) made the best codelet's window look ten times
+/// slower than its search's runner-up, and the rank followed slower codelets from then on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LeadWindow {
+    times: Vec<u64>,
+}
+
+impl LeadWindow {
+    pub fn add(&mut self, ticks: u64) {
+        self.times.push(ticks);
+    }
+
+    pub fn instances(&self) -> u64 {
+        self.times.len() as u64
+    }
+
+    pub fn clear(&mut self) {
+        self.times.clear();
+    }
+
+    /// The mean time per instance, the stalled ones left out (0 for an empty window).
+    pub fn realised(&self) -> f64 {
+        let mut sorted = self.times.clone();
+        sorted.sort_unstable();
+        let Some(&median) = sorted.get(sorted.len() / 2) else {
+            return 0.0;
+        };
+        let kept: Vec<u64> = sorted
+            .into_iter()
+            .filter(|&t| t as f64 <= STALL * median as f64)
+            .collect();
+        kept.iter().sum::<u64>() as f64 / kept.len() as f64
+    }
+}
+
 /// The lead checks of a rank's halo decision: what this rank last measured of each codelet that
 /// stayed in its search, per instance, timed alike (the search's estimate until production ran
 /// it for a window, then that window's time). After each window of the codelet running, the
@@ -626,6 +666,31 @@ impl Lead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lead_window(times: &[u64]) -> LeadWindow {
+        let mut window = LeadWindow::default();
+        times.iter().for_each(|&t| window.add(t));
+        window
+    }
+
+    #[test]
+    fn a_lead_window_is_its_mean_per_instance() {
+        let window = lead_window(&[10, 30, 20, 40]);
+        assert_eq!(window.instances(), 4);
+        assert_eq!(window.realised(), 25.0);
+        assert_eq!(LeadWindow::default().realised(), 0.0);
+    }
+
+    #[test]
+    fn a_preempted_instance_leaves_a_lead_window() {
+        // A lost time slice of 1000 among instances of about 1: beyond STALL times the median.
+        let mut times = vec![1; 63];
+        times.push(1000);
+        assert_eq!(lead_window(&times).realised(), 1.0);
+        // A network's stall (20 times the median) is the codelet's and stays.
+        times[63] = 20;
+        assert!((lead_window(&times).realised() - 83.0 / 64.0).abs() < 1e-12);
+    }
 
     /// A trial's windows where the codelet on trial realised `tried` per call, with the calls
     /// `call_share` of its window, against the winner's `winner` in the window before it.
