@@ -36,7 +36,7 @@ use crate::mpi::{self, HandleBits, MPI_Request, PointToPoint, PointToPointKind, 
 use crate::site::SiteRef;
 use crate::{clock, comms, runtime};
 
-/// Episodes with more operations than this are not profiled (bounded memory per thread).
+/// Episodes with more operations than this are not profiled (bounded memory per stream).
 const MAX_OPS: usize = 4096;
 
 #[derive(Clone, Copy)]
@@ -91,7 +91,7 @@ struct Tracker {
     unclosed: Option<usize>,
 }
 
-/// First posts remembered per thread at most.
+/// First posts remembered per stream at most.
 const MAX_PREDICTIONS: usize = 4096;
 
 /// The last episode that started with each first post.
@@ -268,7 +268,7 @@ pub fn receives_outstanding() -> Option<bool> {
     tracker(|t| t.expected_recvs.map(|expected| t.recvs < expected))
 }
 
-/// Another MPI call came while this thread's episode watches (`deferred`): an episode with one
+/// Another MPI call came while the calling thread's stream's episode watches (`deferred`): an episode with one
 /// between its posts cannot run as `neighbor`, whose posts must all come before any other call.
 pub fn interrupted() {
     let interrupt = |t: &mut Tracker| {
@@ -284,7 +284,8 @@ pub fn interrupted() {
     }
 }
 
-/// Whether this thread has an episode in progress (whose requests completion calls may finish).
+/// Whether the calling thread's stream has an episode in progress (whose requests completion
+/// calls may finish).
 pub fn is_open() -> bool {
     tracker(|t| t.open > 0 || t.unclosed.is_some())
 }

@@ -176,7 +176,8 @@ impl CommAgreement {
 /// them.
 #[derive(Clone, Copy)]
 pub struct Episodes {
-    /// Whether this thread has an episode in progress (which may be an instance of any).
+    /// Whether the calling thread's stream has an episode in progress (which may be an instance
+    /// of any; `episode`).
     pub open: fn() -> bool,
     /// Whether this rank decided its own codelet for an episode key (under tuning, ranks propose
     /// an episode only then).
