@@ -841,15 +841,18 @@ fn a_lead_check_replaces_the_halo_winner_mpich() {
 /// COMMTUNE_DRIFT_INTERVAL 16) leaves that episode out, beyond 50 times its median, and native
 /// stays. With it in, the window's mean (about 60 ms) made native look slower than every other
 /// codelet's estimate, and the rank ran another codelet to the end (native's latest time stayed
-/// that window's). One rank, as in `self_check_reopens`.
+/// that window's). The drift watch still takes the stall in (a strike, and a second from a noisy
+/// window of 4 us episodes reopened the search in one run, which found native again), so only
+/// the decisions' winners are asserted. One rank, as in `self_check_reopens`.
 fn a_preempted_episode_leaves_the_lead_window(flavour: Flavour, name: &str) {
     let delays = "halo:native=1s@60..61,halo:pairwise=8ms,halo:persistent=8ms,\
                   halo:pack=8ms,halo:irecv_first=8ms";
     let t = tuned_alone(flavour, name, delays, &[DRIFT_EVERY_16], "100");
-    assert_eq!(t["searches"], 1, "nothing reopened: {t:#}");
     let decisions = events(&t, "decision");
-    assert_eq!(decisions.len(), 1, "the search's alone: {t:#}");
-    assert_eq!(decisions[0]["winner"], "native", "{t:#}");
+    assert!(
+        decisions.iter().all(|d| d["winner"] == "native"),
+        "no lead check switched away: {t:#}"
+    );
     assert_eq!(t["winner"], "native", "{t:#}");
 }
 

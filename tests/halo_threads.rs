@@ -10,6 +10,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{Flavour, Mpich, OpenMpi, compile, run, scratch, sites};
 use serde_json::Value;
 
@@ -179,18 +181,7 @@ fn an_exchange_completed_by_another_thread(flavour: Flavour) {
         ("COMMTUNE_FORCE", "halo=pairwise"),
         ("COMMTUNE_HALO_NEIGHBOR", "on"),
     ] {
-        let job = run(flavour, 2, &program, &dir)
-            .env("COMMTUNE_MODE", "tune")
-            .env(knob, value)
-            .go();
-        assert!(
-            job.output.status.success()
-                && job.stdout().contains("threads_handover: results correct"),
-            "{knob}={value}:\n{}\n{}",
-            job.stdout(),
-            job.stderr()
-        );
-        let report = job.report();
+        let report = tuned_on_two(flavour, (&program, &dir, "threads_handover"), (knob, value));
         let episodes: u64 = sites(&report)
             .iter()
             .filter(|s| s["op"] == "halo")
@@ -202,6 +193,28 @@ fn an_exchange_completed_by_another_thread(flavour: Flavour) {
             assert!(ran > 0, "{codelet} never ran: {report:#}");
         }
     }
+}
+
+/// Runs `program` (built in `dir`) on 2 ranks under tuning with `knob`, checks the program's own
+/// verdict "<name>: results correct", and returns the report.
+fn tuned_on_two(
+    flavour: Flavour,
+    (program, dir, name): (&Path, &Path, &str),
+    knob: (&str, &str),
+) -> Value {
+    let job = run(flavour, 2, program, dir)
+        .env("COMMTUNE_MODE", "tune")
+        .env(knob.0, knob.1)
+        .go();
+    assert!(
+        job.output.status.success() && job.stdout().contains(&format!("{name}: results correct")),
+        "{}={}:\n{}\n{}",
+        knob.0,
+        knob.1,
+        job.stdout(),
+        job.stderr()
+    );
+    job.report()
 }
 
 #[test]
@@ -227,25 +240,13 @@ fn another_threads_post_keeps_the_channel_order(flavour: Flavour) {
         ("COMMTUNE_FORCE", "halo=pairwise"),
         ("COMMTUNE_BUDGET", "1"),
     ] {
-        let job = run(flavour, 2, &program, &dir)
-            .env("COMMTUNE_MODE", "tune")
-            .env(knob, value)
-            .go();
-        assert!(
-            job.output.status.success()
-                && job
-                    .stdout()
-                    .contains("threads_channel_order: results correct"),
-            "{knob}={value}:\n{}\n{}",
-            job.stdout(),
-            job.stderr()
+        let report = tuned_on_two(
+            flavour,
+            (&program, &dir, "threads_channel_order"),
+            (knob, value),
         );
         if value == "halo=irecv_first" {
-            let report = job.report();
-            let held = sites(&report)
-                .iter()
-                .filter_map(|s| s["codelets"]["irecv_first"].as_u64())
-                .sum::<u64>();
+            let held = codelet_episodes(&report, "irecv_first");
             assert!(held > 0, "irecv_first never ran: {report:#}");
         }
     }

@@ -331,13 +331,13 @@ fn failed_in_status(completed: &Completed, before: &[usize], owners: &[Owner]) -
 
 /// After a completion call over `requests` failed (`before` it, of `owners`; `failure`, what MPI
 /// wrote about the requests it completed): MPI freed the application's requests it completed,
-/// failed or not, and left the others pending. A packed receive that completed is
-/// unpacked now, and its entry goes: MPI may give its handle to a later message. A persistent
+/// failed or not, and left the others pending. A packed receive that completed is unpacked now,
+/// and its entry goes: MPI may give its handle to a later message. A persistent
 /// request of the library's whose handle MPI nulled (it freed it) is forgotten, lest the library
-/// free or start it once MPI has given the handle to another request; one MPI says it
-/// completed is handed back as MPI_REQUEST_NULL, as the application's own would be. Where MPI
-/// wrote nothing the others stay as MPI left them: the application's next completion call over them
-/// returns at once, where settling them now could lose the status of one still pending.
+/// free or start it once MPI has given the handle to another request; one MPI says it completed
+/// is handed back as MPI_REQUEST_NULL, as the application's own would be. Where MPI wrote nothing
+/// the others stay as MPI left them: the application's next completion call over them returns at
+/// once, where settling them now could lose the status of one still pending.
 fn failed(requests: &mut [MPI_Request], before: &[usize], owners: &[Owner], failure: &Failure) {
     let null = mpi::request_null().bits();
     for (i, owner) in owners.iter().enumerate() {
